@@ -1,0 +1,47 @@
+/* smcdiag.h - ask the kernel how an AF_SMC socket runs (AF_SMC sock_diag)
+ *
+ * Layouts follow include/uapi/linux/smc_diag.h (Linux 6.12 / 7.x); they are
+ * defined here so the program does not depend on the libc's kernel headers.
+ */
+#ifndef SMCT_SMCDIAG_H
+#define SMCT_SMCDIAG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* smc_diag_msg.diag_mode */
+#define SMC_DIAG_MODE_SMCR_ 0
+#define SMC_DIAG_MODE_FALLBACK_TCP_ 1
+#define SMC_DIAG_MODE_SMCD_ 2
+
+struct smc_info {
+	int found;
+	uint8_t family, state, mode, shutdown;
+	uint16_t sport, dport;          /* host order, of the internal TCP (clc) socket */
+	uint32_t src, dst;              /* network order */
+	uint64_t inode;
+	int have_fallback;
+	uint32_t fb_reason, fb_peer_diag;
+	int have_conn;
+	uint32_t conn_token, sndbuf_size, rmbe_size, peer_rmbe_size;
+	uint32_t rx_prod, rx_cons, tx_prod, tx_cons; /* cursor counts */
+	int have_dmb, have_gid_ext;
+	uint32_t linkid;
+	uint64_t peer_gid, my_gid, token, peer_token, peer_gid_ext, my_gid_ext;
+};
+
+/* Dump all AF_SMC sockets and find the one with this inode.
+ * Returns 0 (info->found tells whether it was in the dump) or -1 with err. */
+int smcdiag_query(uint64_t inode, struct smc_info *info, char *err, size_t errlen);
+
+/* Test aid for --tcp: find a TCP socket by inode through inet_diag (same
+ * netlink code path).  Returns 0 and *state (TCP state), or -1. */
+int tcpdiag_query(uint64_t inode, int *found, int *state, char *err, size_t errlen);
+
+const char *smc_mode_name(int mode);
+const char *smc_state_name(int state);
+/* SMC_CLC_DECL_* name and description; never NULL */
+const char *smc_reason_name(uint32_t code);
+const char *smc_reason_text(uint32_t code);
+
+#endif
