@@ -97,6 +97,7 @@ static int diag_dump(const void *req, size_t reqlen, const char *what, dump_cb c
 	static const size_t bufsz = 256 * 1024;
 	unsigned char *buf;
 	int fd, rc = -1, done = 0;
+	int req_family_smc = ((const unsigned char *)req)[0] == AF_SMC;
 
 	if (reqlen > sizeof(msg.body)) {
 		snprintf(err, errlen, "internal: request too big");
@@ -161,7 +162,8 @@ static int diag_dump(const void *req, size_t reqlen, const char *what, dump_cb c
 					break;
 				}
 				snprintf(err, errlen, "%s: kernel answered %s%s", what, strerror(code),
-					 code == ENOENT ? " (no sock_diag handler: is the smc_diag module loaded?)" : "");
+					 code == ENOENT ? (req_family_smc ? " (no AF_SMC sock_diag handler: is the smc_diag module loaded?)"
+							       : " (no inet sock_diag handler: inet_diag/tcp_diag not loaded?)") : "");
 				goto out;
 			}
 			cb(h, ctx);

@@ -49,14 +49,14 @@ struct conn_res {
 	uint64_t checksum;
 	uint32_t rounds;
 	double secs;
-	char why[256];
+	char why[320];
 };
 
 struct summary {
 	pthread_mutex_t mu;
 	int conns, ok, smcd, fallback, notfound, failed;
 	uint64_t bytes, echo_rounds, checksum_xor;
-	char first_fail[300];
+	char first_fail[360];
 	double t0;
 };
 
@@ -125,7 +125,7 @@ static void fail(struct conn_res *r, const char *fmt, ...) __attribute__((format
 static void fail(struct conn_res *r, const char *fmt, ...)
 {
 	va_list ap;
-	char msg[256];
+	char msg[320];
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -228,8 +228,9 @@ static void check_mode(int fd, struct conn_res *r, char *line, size_t linelen)
 			r->mode_ok = 1;
 			err_line("(--allow-fallback: not counted as an error)");
 		} else {
-			fail(r, "TCP fallback, reason 0x%08x %s (%s)", in.fb_reason,
-			     smc_reason_name(in.fb_reason), smc_reason_text(in.fb_reason));
+			fail(r, "TCP fallback, reason 0x%08x %s (%s), peer diagnosis 0x%08x %s", in.fb_reason,
+			     smc_reason_name(in.fb_reason), smc_reason_text(in.fb_reason), in.fb_peer_diag,
+			     smc_reason_name(in.fb_peer_diag));
 		}
 		return;
 	}
@@ -560,21 +561,33 @@ static int connect_retry(int idx, char *err, size_t errlen)
 		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
 			e = 0;
 		} else if (errno == EINPROGRESS || errno == EINTR) {
-			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-			int prc;
+			/* Poll in short slices and look at SO_ERROR in between: an AF_SMC
+			 * socket whose non-blocking connect was refused does not always
+			 * wake up poll() (seen on 6.12). */
+			double attempt_end = now_s() + g_opt.attempt_timeout;
 
-			do
-				prc = poll(&pfd, 1, g_opt.attempt_timeout * 1000);
-			while (prc < 0 && errno == EINTR);
-			if (prc < 0) {
-				e = errno;
-			} else if (prc == 0) {
-				e = ETIMEDOUT;
-			} else {
+			if (attempt_end > deadline)
+				attempt_end = deadline > now_s() + 1 ? deadline : now_s() + 1;
+
+			for (;;) {
+				struct pollfd pfd = { .fd = fd, .events = POLLOUT };
 				socklen_t sl = sizeof(e);
+				int prc = poll(&pfd, 1, 200);
 
-				if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &sl))
+				if (prc < 0 && errno != EINTR) {
 					e = errno;
+					break;
+				}
+				if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &sl)) {
+					e = errno;
+					break;
+				}
+				if (e || prc > 0)
+					break;
+				if (now_s() >= attempt_end) {
+					e = ETIMEDOUT;
+					break;
+				}
 			}
 		} else {
 			e = errno;
@@ -697,11 +710,11 @@ static void client_conn(int idx)
 		if (magic != RESULT_MAGIC)
 			fail(&r, "bad result record (magic 0x%08x)", magic);
 		else if (status != ST_OK)
-			fail(&r, "server reports status %u (%s) at byte %llu", status,
+			fail(&r, "server reports status %u (%s), offset %lld", status,
 			     status == ST_STREAM_BAD ? "stream data mismatch" :
 			     status == ST_ECHO_BAD ? "echo request mismatch" :
 			     status == ST_HELLO_BAD ? "test mismatch" : "?",
-			     (unsigned long long)bad);
+			     bad == ~0ULL ? -1LL : (long long)bad);
 		else if (sgot != sent)
 			fail(&r, "server received %llu bytes, sent %llu", (unsigned long long)sgot,
 			     (unsigned long long)sent);
