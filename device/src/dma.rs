@@ -1,0 +1,387 @@
+//! The device's view of one guest's memory: the IOVA space QEMU maps for it.
+//!
+//! QEMU translates the guest's zPCI IOMMU tables and sends one `DMA_MAP` per 4 KiB page,
+//! each carrying a *duplicate* fd of the same guest-RAM memfd. Mapping every message
+//! would pile up thousands of mmaps, so each backing file is mapped once (keyed by its
+//! device and inode) and the IOVA space is a table of `iova -> (backing, file offset)`
+//! runs. Unmaps arrive coalesced into power-of-two ranges that may cover many maps or
+//! part of one, so unmap has range semantics and splits runs as needed.
+//!
+//! Every access is bounds-checked twice: against the IOVA table (an unmapped byte is an
+//! error, never a fault) and by vm-memory's `VolatileSlice` against the mapping.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use vm_memory::bitmap::BS;
+use vm_memory::mmap::MmapRegion;
+use vm_memory::volatile_memory::VolatileSlice;
+use vm_memory::{Bytes, FileOffset, VolatileMemory};
+
+/// Errors of the DMA address space. IOVAs are what the guest asked for; they are logged.
+#[derive(Debug, thiserror::Error)]
+pub enum DmaError {
+    #[error("DMA_MAP without a file descriptor (is guest RAM a shared memfd?)")]
+    NoFd,
+    #[error("cannot inspect the DMA_MAP file descriptor")]
+    Stat(#[source] std::io::Error),
+    #[error("DMA_MAP of {size:#x} bytes at file offset {offset:#x} exceeds the {file_len:#x}-byte backing file")]
+    OutsideFile {
+        offset: u64,
+        size: u64,
+        file_len: u64,
+    },
+    #[error("DMA range at IOVA {iova:#x} with size {size:#x} is empty or wraps around")]
+    BadRange { iova: u64, size: u64 },
+    #[error("cannot map the guest memory file")]
+    Mmap(#[source] vm_memory::mmap::MmapRegionError),
+    #[error("IOVA {iova:#x} (+{len:#x}) is not mapped")]
+    Unmapped { iova: u64, len: u64 },
+}
+
+pub type Result<T> = std::result::Result<T, DmaError>;
+
+/// One mmap of a guest-memory file, shared by every IOVA run that points into it.
+struct Backing {
+    region: MmapRegion,
+}
+
+impl Backing {
+    fn slice(&self, offset: u64, len: usize) -> Option<VolatileSlice<'_, BS<'_, ()>>> {
+        let offset = usize::try_from(offset).ok()?;
+        self.region.get_slice(offset, len).ok()
+    }
+}
+
+/// A run of IOVA space backed by contiguous bytes of one file.
+#[derive(Clone)]
+struct Run {
+    len: u64,
+    backing: Arc<Backing>,
+    file_offset: u64,
+}
+
+/// File identity: duplicate fds of one memfd share it.
+type FileKey = (u64, u64);
+
+/// The IOVA space of one PCI function.
+#[derive(Default)]
+pub struct DmaSpace {
+    runs: BTreeMap<u64, Run>,
+    backings: HashMap<FileKey, Arc<Backing>>,
+}
+
+impl DmaSpace {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Maps `size` bytes of `file` starting at `offset` at `iova`, replacing whatever was
+    /// mapped there before (QEMU re-maps a page when the guest re-translates it).
+    pub fn map(&mut self, iova: u64, size: u64, file: Option<File>, offset: u64) -> Result<()> {
+        check_range(iova, size)?;
+        let file = file.ok_or(DmaError::NoFd)?;
+        let meta = file.metadata().map_err(DmaError::Stat)?;
+        let file_len = meta.len();
+        if offset.checked_add(size).is_none_or(|end| end > file_len) {
+            return Err(DmaError::OutsideFile {
+                offset,
+                size,
+                file_len,
+            });
+        }
+        let key = (meta.dev(), meta.ino());
+        let backing = match self.backings.get(&key) {
+            Some(backing) => Arc::clone(backing),
+            None => {
+                let len = usize::try_from(file_len).map_err(|_| DmaError::OutsideFile {
+                    offset,
+                    size,
+                    file_len,
+                })?;
+                let region =
+                    MmapRegion::from_file(FileOffset::new(file, 0), len).map_err(DmaError::Mmap)?;
+                let backing = Arc::new(Backing { region });
+                self.backings.insert(key, Arc::clone(&backing));
+                backing
+            }
+        };
+        self.unmap(iova, size);
+        self.runs.insert(
+            iova,
+            Run {
+                len: size,
+                backing,
+                file_offset: offset,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes every mapping inside `[iova, iova + size)`, splitting runs that straddle
+    /// its ends. Returns how many bytes were actually mapped there.
+    pub fn unmap(&mut self, iova: u64, size: u64) -> u64 {
+        let Some(end) = iova.checked_add(size) else {
+            return self.unmap(iova, u64::MAX - iova);
+        };
+        let mut removed = 0;
+        // The run that starts before `iova` may reach into the range.
+        let mut starts: Vec<u64> = self
+            .runs
+            .range(..iova)
+            .next_back()
+            .filter(|(start, run)| *start + run.len > iova)
+            .map(|(start, _)| *start)
+            .into_iter()
+            .collect();
+        starts.extend(self.runs.range(iova..end).map(|(start, _)| *start));
+        for start in starts {
+            let Some(run) = self.runs.remove(&start) else {
+                continue;
+            };
+            let run_end = start + run.len;
+            if start < iova {
+                let mut head = run.clone();
+                head.len = iova - start;
+                self.runs.insert(start, head);
+            }
+            if run_end > end {
+                let mut tail = run.clone();
+                tail.len = run_end - end;
+                tail.file_offset += end - start;
+                self.runs.insert(end, tail);
+            }
+            removed += run_end.min(end) - start.max(iova);
+        }
+        self.drop_unused_backings();
+        removed
+    }
+
+    /// Forgets every mapping (device reset, client gone).
+    pub fn clear(&mut self) {
+        self.runs.clear();
+        self.backings.clear();
+    }
+
+    pub fn mapped_bytes(&self) -> u64 {
+        self.runs.values().map(|run| run.len).sum()
+    }
+
+    /// True when every byte of `[iova, iova + len)` is mapped.
+    pub fn is_mapped(&self, iova: u64, len: u64) -> bool {
+        self.for_each_segment(iova, len, |_, _| Ok(())).is_ok()
+    }
+
+    pub fn write(&self, iova: u64, data: &[u8]) -> Result<()> {
+        self.for_each_segment(iova, data.len() as u64, |slice, pos| {
+            slice.copy_from(&data[pos..pos + slice.len()]);
+            Ok(())
+        })
+    }
+
+    pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        self.for_each_segment(iova, len, |slice, pos| {
+            let n = slice.len();
+            slice.copy_to(&mut buf[pos..pos + n]);
+            Ok(())
+        })
+    }
+
+    pub fn fill(&self, iova: u64, len: u64, byte: u8) -> Result<()> {
+        let chunk = [byte; 4096];
+        self.for_each_segment(iova, len, |slice, _| {
+            let mut done = 0;
+            while done < slice.len() {
+                let n = (slice.len() - done).min(chunk.len());
+                // Cannot fail: `done + n <= slice.len()`.
+                let _ = slice.write_slice(&chunk[..n], done);
+                done += n;
+            }
+            Ok(())
+        })
+    }
+
+    pub fn write_u64_be(&self, iova: u64, value: u64) -> Result<()> {
+        self.write(iova, &value.to_be_bytes())
+    }
+
+    pub fn read_u64_be(&self, iova: u64) -> Result<u64> {
+        let mut bytes = [0; 8];
+        self.read(iova, &mut bytes)?;
+        Ok(u64::from_be_bytes(bytes))
+    }
+
+    /// Atomically ORs `mask` into the byte at `iova`: the guest clears status bits with
+    /// atomic instructions while the device sets others in the same word.
+    pub fn fetch_or_u8(&self, iova: u64, mask: u8) -> Result<u8> {
+        let (backing, offset) = self.locate(iova, 1)?;
+        let slice = backing
+            .slice(offset, 1)
+            .ok_or(DmaError::Unmapped { iova, len: 1 })?;
+        let byte = slice
+            .get_atomic_ref::<AtomicU8>(0)
+            .map_err(|_| DmaError::Unmapped { iova, len: 1 })?;
+        Ok(byte.fetch_or(mask, Ordering::SeqCst))
+    }
+
+    /// Finds the run holding `[iova, iova + len)` when it lies in one run.
+    fn locate(&self, iova: u64, len: u64) -> Result<(&Backing, u64)> {
+        let unmapped = DmaError::Unmapped { iova, len };
+        let (start, run) = self.runs.range(..=iova).next_back().ok_or(unmapped)?;
+        let within = iova - start;
+        if within.checked_add(len).is_none_or(|end| end > run.len) {
+            return Err(DmaError::Unmapped { iova, len });
+        }
+        Ok((&run.backing, run.file_offset + within))
+    }
+
+    /// Calls `f(slice, position)` for each piece of `[iova, iova + len)`, in order, after
+    /// checking that the whole range is mapped (so a failed access writes nothing).
+    fn for_each_segment(
+        &self,
+        iova: u64,
+        len: u64,
+        mut f: impl FnMut(VolatileSlice<'_, BS<'_, ()>>, usize) -> Result<()>,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let unmapped = || DmaError::Unmapped { iova, len };
+        iova.checked_add(len).ok_or_else(unmapped)?;
+        let mut pieces = Vec::with_capacity(1);
+        let (mut cursor, mut left) = (iova, len);
+        while left > 0 {
+            let (start, run) = self
+                .runs
+                .range(..=cursor)
+                .next_back()
+                .ok_or_else(unmapped)?;
+            let within = cursor - start;
+            if within >= run.len {
+                return Err(unmapped());
+            }
+            let n = left.min(run.len - within);
+            pieces.push((&run.backing, run.file_offset + within, n));
+            cursor += n;
+            left -= n;
+        }
+        let mut pos = 0usize;
+        for (backing, offset, n) in pieces {
+            let n = usize::try_from(n).map_err(|_| unmapped())?;
+            let slice = backing.slice(offset, n).ok_or_else(unmapped)?;
+            f(slice, pos)?;
+            pos += n;
+        }
+        Ok(())
+    }
+
+    fn drop_unused_backings(&mut self) {
+        // A backing is referenced by the table and by each run that uses it.
+        self.backings
+            .retain(|_, backing| Arc::strong_count(backing) > 1);
+    }
+}
+
+fn check_range(iova: u64, size: u64) -> Result<()> {
+    if size == 0 || iova.checked_add(size).is_none() {
+        return Err(DmaError::BadRange { iova, size });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::GuestRam;
+
+    const PAGE: u64 = 4096;
+
+    fn space_with_pages(ram: &GuestRam, iova: u64, pages: u64) -> DmaSpace {
+        let mut space = DmaSpace::new();
+        for i in 0..pages {
+            space
+                .map(iova + i * PAGE, PAGE, Some(ram.dup_file()), i * PAGE)
+                .unwrap();
+        }
+        space
+    }
+
+    #[test]
+    fn duplicate_fds_share_one_mapping() {
+        let ram = GuestRam::new(16 * PAGE);
+        let space = space_with_pages(&ram, 0x1_0000_0000, 8);
+        assert_eq!(space.backings.len(), 1);
+        assert_eq!(space.mapped_bytes(), 8 * PAGE);
+    }
+
+    #[test]
+    fn write_across_pages_lands_at_file_offsets() {
+        let ram = GuestRam::new(16 * PAGE);
+        let space = space_with_pages(&ram, 0x1_0000_0000, 4);
+        space
+            .write(0x1_0000_0000 + PAGE - 2, &[1, 2, 3, 4])
+            .unwrap();
+        assert_eq!(ram.read(PAGE - 2, 4), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn write_to_unmapped_iova_fails_and_writes_nothing() {
+        let ram = GuestRam::new(16 * PAGE);
+        let space = space_with_pages(&ram, 0x1_0000_0000, 1);
+        let err = space.write(0x1_0000_0000 + PAGE - 2, &[9, 9, 9, 9]);
+        assert!(matches!(err, Err(DmaError::Unmapped { .. })));
+        assert_eq!(ram.read(PAGE - 2, 2), vec![0, 0]);
+    }
+
+    #[test]
+    fn partial_unmap_splits_a_run() {
+        let ram = GuestRam::new(16 * PAGE);
+        let mut space = DmaSpace::new();
+        space
+            .map(0x10_0000, 4 * PAGE, Some(ram.dup_file()), 0)
+            .unwrap();
+        assert_eq!(space.unmap(0x10_0000 + PAGE, PAGE), PAGE);
+        assert!(space.is_mapped(0x10_0000, PAGE));
+        assert!(!space.is_mapped(0x10_0000 + PAGE, 1));
+        space.write(0x10_0000 + 2 * PAGE, &[7]).unwrap();
+        assert_eq!(ram.read(2 * PAGE, 1), vec![7]);
+    }
+
+    #[test]
+    fn unmap_covering_many_maps_drops_the_backing() {
+        let ram = GuestRam::new(16 * PAGE);
+        let mut space = space_with_pages(&ram, 0x1_0000_0000, 8);
+        assert_eq!(space.unmap(0, u64::MAX), 8 * PAGE);
+        assert_eq!(space.mapped_bytes(), 0);
+        assert!(space.backings.is_empty());
+    }
+
+    #[test]
+    fn map_beyond_the_file_is_rejected() {
+        let ram = GuestRam::new(PAGE);
+        let mut space = DmaSpace::new();
+        let err = space.map(0x1000, 2 * PAGE, Some(ram.dup_file()), 0);
+        assert!(matches!(err, Err(DmaError::OutsideFile { .. })));
+    }
+
+    #[test]
+    fn wrapping_range_is_rejected() {
+        let ram = GuestRam::new(PAGE);
+        let mut space = DmaSpace::new();
+        let err = space.map(u64::MAX - 10, PAGE, Some(ram.dup_file()), 0);
+        assert!(matches!(err, Err(DmaError::BadRange { .. })));
+    }
+
+    #[test]
+    fn fetch_or_sets_bits_atomically() {
+        let ram = GuestRam::new(PAGE);
+        let space = space_with_pages(&ram, 0x2000, 1);
+        space.fetch_or_u8(0x2004, 0x80).unwrap();
+        space.fetch_or_u8(0x2004, 0x01).unwrap();
+        assert_eq!(ram.read(4, 1), vec![0x81]);
+    }
+}

@@ -1,0 +1,211 @@
+//! One ISM PCI function as its vfio-user client sees it: the adapter between vfio-user
+//! messages and the device model.
+//!
+//! Guest-visible failures are *not* vfio-user errors (the transport would lose their
+//! meaning): a failed command answers with a nonzero `ret`. Only a data move that the
+//! device refuses fails the region write, because that is how the guest's PCISTB learns
+//! that the store did not happen.
+
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+
+use super::command::{self, HEADER_LEN};
+use super::MAX_MOVE_LEN;
+use crate::fabric::{Fabric, FunctionId};
+use crate::pci::{Bar, ConfigSpace, Region};
+
+const COMMAND_AREA: usize = Bar::Command.size() as usize;
+
+pub struct IsmFunction {
+    fabric: Arc<Fabric>,
+    id: FunctionId,
+    name: String,
+    config: ConfigSpace,
+    command_area: Box<[u8; COMMAND_AREA]>,
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl IsmFunction {
+    pub fn new(fabric: Arc<Fabric>, id: FunctionId) -> Self {
+        let name = fabric.lock().functions[id].name.clone();
+        Self {
+            fabric,
+            id,
+            name,
+            config: ConfigSpace::ism(),
+            command_area: Box::new([0; COMMAND_AREA]),
+        }
+    }
+
+    fn gid(&self) -> u64 {
+        self.fabric.gid(self.id)
+    }
+
+    /// Runs the request now in the command area and leaves the response there.
+    fn execute_command(&mut self) {
+        let opcode = command::opcode_of(&self.command_area[..]);
+        let result = command::decode(&self.command_area[..]).and_then(|cmd| {
+            log::trace!("{}: command {cmd:?}", self.name);
+            self.fabric.execute(self.id, cmd)
+        });
+        if let Err(e) = &result {
+            log::warn!(
+                "{} (gid {:#018x}): command {opcode:#x} failed with ret {:#06x}: {e}",
+                self.name,
+                self.gid(),
+                e.ret()
+            );
+        }
+        command::encode(&mut self.command_area[..], opcode, &result);
+    }
+
+    fn command_area_range(&self, offset: u64, len: usize) -> io::Result<std::ops::Range<usize>> {
+        usize::try_from(offset)
+            .ok()
+            .and_then(|start| Some(start..start.checked_add(len)?))
+            .filter(|r| r.end <= COMMAND_AREA)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "command area access {offset:#x}+{len} out of range"
+                ))
+            })
+    }
+
+    /// Called when the client goes away for good.
+    pub fn disconnect(&mut self) {
+        self.fabric.detach(self.id, "client disconnected", false);
+        self.config.reset();
+    }
+
+    pub fn connect(&mut self) {
+        self.fabric.attach(self.id);
+    }
+}
+
+impl ServerBackend for IsmFunction {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
+        match Region::from_index(region) {
+            Some(Region::Config) => {
+                if !self.config.read(offset, data) {
+                    log::warn!(
+                        "{}: config read {offset:#x}+{} out of range",
+                        self.name,
+                        data.len()
+                    );
+                    data.fill(0xff);
+                }
+            }
+            Some(Region::Bar(Bar::Command)) => {
+                let range = self.command_area_range(offset, data.len())?;
+                data.copy_from_slice(&self.command_area[range]);
+            }
+            // The move window is write-only; MSI-X table reads are QEMU's (it emulates the
+            // table) and only reach us if it lets them through.
+            Some(Region::Bar(_)) => data.fill(0),
+            None => return Err(invalid(format!("read from unknown region {region}"))),
+        }
+        Ok(())
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        match Region::from_index(region) {
+            Some(Region::Config) => {
+                if !self.config.write(offset, data) {
+                    log::warn!(
+                        "{}: config write {offset:#x}+{} out of range ignored",
+                        self.name,
+                        data.len()
+                    );
+                }
+            }
+            Some(Region::Bar(Bar::Command)) => {
+                let range = self.command_area_range(offset, data.len())?;
+                let executes = range.start == 0 && range.len() >= HEADER_LEN;
+                self.command_area[range].copy_from_slice(data);
+                if executes {
+                    self.execute_command();
+                }
+            }
+            Some(Region::Bar(Bar::Move)) => {
+                if data.len() > MAX_MOVE_LEN {
+                    return Err(invalid(format!("move of {} bytes", data.len())));
+                }
+                if let Err(e) = self.fabric.move_data(self.id, offset, data) {
+                    log::warn!(
+                        "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected: {e}",
+                        self.name,
+                        self.gid(),
+                        data.len()
+                    );
+                    return Err(invalid(e.to_string()));
+                }
+            }
+            Some(Region::Bar(Bar::MsixTable)) => {}
+            None => return Err(invalid(format!("write to unknown region {region}"))),
+        }
+        Ok(())
+    }
+
+    fn dma_map(
+        &mut self,
+        _flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> io::Result<()> {
+        self.fabric
+            .dma_map(self.id, address, size, fd, offset)
+            .map_err(|e| {
+                log::warn!(
+                    "{}: DMA_MAP iova {address:#x} size {size:#x}: {e}",
+                    self.name
+                );
+                invalid(e.to_string())
+            })
+    }
+
+    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
+        // "Unmap all" is bit 1 in Linux's vfio.h and bit 2 in the vfio_user crate; either,
+        // or an empty range at 0, means everything.
+        if flags.bits() & 0b110 != 0 || (address == 0 && size == 0) {
+            self.fabric.dma_unmap_all(self.id);
+            return Ok(());
+        }
+        let removed = self.fabric.dma_unmap(self.id, address, size);
+        log::trace!(
+            "{}: DMA_UNMAP {address:#x}+{size:#x} removed {removed:#x} bytes",
+            self.name
+        );
+        Ok(())
+    }
+
+    fn reset(&mut self) -> io::Result<()> {
+        self.fabric.detach(self.id, "function reset", true);
+        self.config.reset();
+        self.command_area.fill(0);
+        Ok(())
+    }
+
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> io::Result<()> {
+        self.fabric
+            .set_irqs(self.id, index, flags, start, count, fds)
+            .map_err(|e| {
+                log::warn!("{}: SET_IRQS index {index}: {e}", self.name);
+                invalid(e.to_string())
+            })
+    }
+}

@@ -1,0 +1,333 @@
+//! The life of every DMB as seen from the device: registration, the connections that use
+//! it, their close, the owner zeroing it, and reuse by the next connection.
+//!
+//! A DMB receives the CDC messages of one direction of one connection at a time: the peer
+//! writes its 32-byte CDC at offset 0 with the signal flag after each send. The state of a
+//! DMB therefore follows the peer's CDCs:
+//!
+//! ```text
+//!   registered --first move--> open --CDC with closed/abort flag--> closed
+//!       closed --owner's memory all zero--> closed (zeroed at release, delay recorded)
+//!       closed --first move of a new connection--> open (a reuse: clean or stale?)
+//! ```
+//!
+//! "A new connection" is any move into a closed DMB except a CDC that still carries the
+//! close flags (the closing side may repeat them). The reuse check reads the whole DMB
+//! *before* that first move is applied.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::ObservedEvent;
+use crate::dma::DmaSpace;
+use crate::fabric::Dmb;
+use crate::ism::MoveAddress;
+
+/// CDC message layout (net/smc/smc_cdc.h, struct smcd_cdc_msg).
+pub mod cdc {
+    pub const LEN: usize = 32;
+    pub const TYPE: u8 = 0xfe;
+    pub const CONN_STATE: usize = 23;
+    pub const PEER_DONE_WRITING: u8 = 0x80;
+    pub const PEER_CONN_CLOSED: u8 = 0x40;
+    pub const PEER_CONN_ABORT: u8 = 0x20;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnState {
+    /// Registered, no connection has written yet.
+    Fresh,
+    Open,
+    Closed,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DmbSummary {
+    pub function: String,
+    pub gid: u64,
+    pub token: u64,
+    pub rgid: u64,
+    pub len: u32,
+    pub sba_idx: u32,
+    pub registered: bool,
+    pub state: ConnState,
+    pub connections: u64,
+    pub reuses: u64,
+    pub clean_reuses: u64,
+    pub stale_reuses: u64,
+    pub closes: u64,
+    pub zeroed_after_close: u64,
+    /// Delays between a close and the zeroing seen after it, in milliseconds.
+    pub zero_delays_ms: Vec<f64>,
+    pub bytes: u64,
+    pub signals: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct DmbLife {
+    summary: DmbSummary,
+    closed_at: Option<Instant>,
+    zeroed_since_close: bool,
+    conn_bytes: u64,
+}
+
+#[derive(Default)]
+pub struct Tracker {
+    /// By token; unregistered DMBs stay listed (a token is only reused after a full
+    /// rotation) until a new registration of the same token replaces them.
+    dmbs: BTreeMap<u64, DmbLife>,
+}
+
+fn is_cdc(addr: &MoveAddress, data: &[u8]) -> bool {
+    addr.offset == 0 && addr.signal && data.len() >= cdc::LEN && data[0] == cdc::TYPE
+}
+
+fn closing_flags(data: &[u8]) -> u8 {
+    data[cdc::CONN_STATE] & (cdc::PEER_CONN_CLOSED | cdc::PEER_CONN_ABORT)
+}
+
+/// Counts nonzero bytes and finds the first one.
+pub fn stale_bytes(bytes: &[u8]) -> (u64, Option<u64>) {
+    let first = bytes.iter().position(|&b| b != 0).map(|p| p as u64);
+    let count = bytes.iter().filter(|&&b| b != 0).count() as u64;
+    (count, first)
+}
+
+impl Tracker {
+    pub fn register(&mut self, dmb: &Dmb, function: &str) {
+        self.dmbs.insert(
+            dmb.token,
+            DmbLife {
+                summary: DmbSummary {
+                    function: function.to_string(),
+                    gid: dmb.owner_gid,
+                    token: dmb.token,
+                    rgid: dmb.rgid,
+                    len: dmb.len,
+                    sba_idx: dmb.sba_idx,
+                    registered: true,
+                    state: ConnState::Fresh,
+                    connections: 0,
+                    reuses: 0,
+                    clean_reuses: 0,
+                    stale_reuses: 0,
+                    closes: 0,
+                    zeroed_after_close: 0,
+                    zero_delays_ms: Vec::new(),
+                    bytes: 0,
+                    signals: 0,
+                },
+                closed_at: None,
+                zeroed_since_close: false,
+                conn_bytes: 0,
+            },
+        );
+    }
+
+    pub fn unregister(&mut self, dmb: &Dmb, reason: &str, function: &str) -> Vec<ObservedEvent> {
+        let connections = self.dmbs.get_mut(&dmb.token).map_or(0, |life| {
+            life.summary.registered = false;
+            life.summary.connections
+        });
+        vec![ObservedEvent::DmbUnregistered {
+            function: function.to_string(),
+            gid: dmb.owner_gid,
+            token: dmb.token,
+            reason: reason.to_string(),
+            connections,
+        }]
+    }
+
+    pub fn before_move(
+        &mut self,
+        dmb: &Dmb,
+        mem: &DmaSpace,
+        addr: &MoveAddress,
+        data: &[u8],
+    ) -> Vec<ObservedEvent> {
+        let Some(life) = self.dmbs.get_mut(&dmb.token) else {
+            return Vec::new();
+        };
+        let s = &mut life.summary;
+        let starts_connection = match s.state {
+            ConnState::Fresh => true,
+            ConnState::Open => false,
+            ConnState::Closed => !(is_cdc(addr, data) && closing_flags(data) != 0),
+        };
+        if !starts_connection {
+            return Vec::new();
+        }
+        let mut events = Vec::new();
+        let conn = s.connections + 1;
+        if s.state == ConnState::Closed {
+            let mut bytes = vec![0u8; dmb.len as usize];
+            let (stale, first) = match mem.read(dmb.iova, &mut bytes) {
+                Ok(()) => stale_bytes(&bytes),
+                Err(e) => {
+                    log::warn!(
+                        "{}: cannot read DMB {:#x} for the reuse check: {e}",
+                        s.function,
+                        s.token
+                    );
+                    (0, None)
+                }
+            };
+            s.reuses += 1;
+            if stale == 0 {
+                s.clean_reuses += 1;
+            } else {
+                s.stale_reuses += 1;
+                log::warn!(
+                    "{} (gid {:#018x}): DMB {:#x} reused with {stale} stale bytes from connection {} (first at offset {:#x})",
+                    s.function, s.gid, s.token, s.connections, first.unwrap_or(0)
+                );
+            }
+            events.push(ObservedEvent::DmbReused {
+                function: s.function.clone(),
+                gid: s.gid,
+                token: s.token,
+                conn,
+                clean: stale == 0,
+                stale_bytes: stale,
+                first_stale_offset: first,
+            });
+        }
+        s.connections = conn;
+        s.state = ConnState::Open;
+        life.closed_at = None;
+        life.zeroed_since_close = false;
+        life.conn_bytes = 0;
+        events.push(ObservedEvent::ConnOpened {
+            function: s.function.clone(),
+            gid: s.gid,
+            token: s.token,
+            rgid: s.rgid,
+            conn,
+        });
+        events
+    }
+
+    pub fn after_move(&mut self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> Vec<ObservedEvent> {
+        let Some(life) = self.dmbs.get_mut(&dmb.token) else {
+            return Vec::new();
+        };
+        life.summary.bytes += data.len() as u64;
+        life.summary.signals += u64::from(addr.signal);
+        if !is_cdc(addr, data) {
+            life.conn_bytes += data.len() as u64;
+            return Vec::new();
+        }
+        let flags = closing_flags(data);
+        if life.summary.state != ConnState::Open || flags == 0 {
+            return Vec::new();
+        }
+        let s = &mut life.summary;
+        s.state = ConnState::Closed;
+        s.closes += 1;
+        life.closed_at = Some(Instant::now());
+        vec![ObservedEvent::ConnClosed {
+            function: s.function.clone(),
+            gid: s.gid,
+            token: s.token,
+            conn: s.connections,
+            how: if flags & cdc::PEER_CONN_ABORT != 0 {
+                "abort"
+            } else {
+                "close"
+            }
+            .to_string(),
+            bytes: life.conn_bytes,
+        }]
+    }
+
+    /// Tokens whose connection closed and whose zeroing has not been seen yet.
+    pub fn awaiting_zero(&self) -> Vec<u64> {
+        self.dmbs
+            .values()
+            .filter(|l| {
+                l.summary.registered
+                    && l.summary.state == ConnState::Closed
+                    && !l.zeroed_since_close
+            })
+            .map(|l| l.summary.token)
+            .collect()
+    }
+
+    /// `read(token)` returns the DMB's current bytes.
+    pub fn poll_zeroing(&mut self, read: impl Fn(u64) -> Option<Vec<u8>>) -> Vec<ObservedEvent> {
+        let mut events = Vec::new();
+        for token in self.awaiting_zero() {
+            let Some(bytes) = read(token) else { continue };
+            if bytes.iter().any(|&b| b != 0) {
+                continue;
+            }
+            let Some(life) = self.dmbs.get_mut(&token) else {
+                continue;
+            };
+            let delay_ms = life
+                .closed_at
+                .map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+            life.zeroed_since_close = true;
+            life.summary.zeroed_after_close += 1;
+            life.summary.zero_delays_ms.push(delay_ms);
+            events.push(ObservedEvent::DmbZeroed {
+                function: life.summary.function.clone(),
+                gid: life.summary.gid,
+                token,
+                conn: life.summary.connections,
+                delay_ms,
+            });
+        }
+        events
+    }
+
+    pub fn summaries(&self) -> Vec<DmbSummary> {
+        self.dmbs.values().map(|l| l.summary.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cdc_msg(conn_state: u8) -> Vec<u8> {
+        let mut m = vec![0u8; 32];
+        m[0] = cdc::TYPE;
+        m[cdc::CONN_STATE] = conn_state;
+        m
+    }
+
+    #[test]
+    fn stale_bytes_counts_and_finds_first() {
+        assert_eq!(stale_bytes(&[0, 0, 3, 0, 4]), (2, Some(2)));
+        assert_eq!(stale_bytes(&[0; 8]), (0, None));
+    }
+
+    #[test]
+    fn only_a_signalled_cdc_at_offset_0_counts_as_cdc() {
+        let at0 = MoveAddress {
+            token: 1 << 32,
+            dmbe: 0,
+            signal: true,
+            offset: 0,
+        };
+        let data_move = MoveAddress {
+            signal: false,
+            offset: 32,
+            ..at0
+        };
+        assert!(is_cdc(&at0, &cdc_msg(0)));
+        assert!(!is_cdc(&data_move, &cdc_msg(0)));
+        assert!(!is_cdc(&at0, &[0xfe; 8]));
+    }
+
+    #[test]
+    fn close_flags_are_closed_or_abort_not_done_writing() {
+        assert_eq!(closing_flags(&cdc_msg(cdc::PEER_DONE_WRITING)), 0);
+        assert_ne!(closing_flags(&cdc_msg(cdc::PEER_CONN_CLOSED)), 0);
+        assert_ne!(closing_flags(&cdc_msg(cdc::PEER_CONN_ABORT)), 0);
+    }
+}

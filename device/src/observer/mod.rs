@@ -1,0 +1,227 @@
+//! The host's view of what the guests do with their DMBs.
+//!
+//! The fabric calls in here (under its lock) when DMBs come and go and around every data
+//! move. From the SMC-D CDC messages that a peer writes at DMB offset 0 the observer
+//! recognises connections; from reading the owner's memory it sees whether the guest
+//! zeroed a DMB after a connection released it, and whether a reused DMB was clean. It only
+//! ever *reads* guest memory.
+//!
+//! Events go out as JSON lines (schema in docs/observer.md) to an optional file and to live
+//! followers on the control socket.
+
+pub mod control;
+pub mod dmb_life;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::dma::DmaSpace;
+use crate::fabric::{now_us, Dmb};
+use crate::ism::MoveAddress;
+pub use dmb_life::{DmbLife, DmbSummary};
+
+/// Hex formatting for 64-bit identifiers: JSON numbers above 2^53 lose precision in many
+/// consumers, and GIDs and tokens read better in hex anyway.
+pub fn hex(v: u64) -> String {
+    format!("{v:#x}")
+}
+
+/// One line of the event stream.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ObservedEvent {
+    FunctionAttached {
+        function: String,
+        gid: u64,
+    },
+    FunctionDetached {
+        function: String,
+        gid: u64,
+        reason: String,
+    },
+    DmbRegistered {
+        function: String,
+        gid: u64,
+        token: u64,
+        rgid: u64,
+        iova: u64,
+        len: u32,
+        sba_idx: u32,
+    },
+    DmbUnregistered {
+        function: String,
+        gid: u64,
+        token: u64,
+        reason: String,
+        connections: u64,
+    },
+    ConnOpened {
+        function: String,
+        gid: u64,
+        token: u64,
+        rgid: u64,
+        conn: u64,
+    },
+    ConnClosed {
+        function: String,
+        gid: u64,
+        token: u64,
+        conn: u64,
+        how: String,
+        bytes: u64,
+    },
+    DmbZeroed {
+        function: String,
+        gid: u64,
+        token: u64,
+        conn: u64,
+        delay_ms: f64,
+    },
+    DmbReused {
+        function: String,
+        gid: u64,
+        token: u64,
+        conn: u64,
+        clean: bool,
+        stale_bytes: u64,
+        first_stale_offset: Option<u64>,
+    },
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    time_us: u64,
+    #[serde(flatten)]
+    event: &'a ObservedEvent,
+}
+
+/// Serialises an event with its time, with GIDs and tokens in hex.
+pub fn to_json_line(time_us: u64, event: &ObservedEvent) -> String {
+    let mut value = serde_json::to_value(Line { time_us, event }).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        for key in ["gid", "rgid", "token", "iova"] {
+            if let Some(n) = map.get(key).and_then(|v| v.as_u64()) {
+                map.insert(key.to_string(), serde_json::Value::String(hex(n)));
+            }
+        }
+    }
+    value.to_string()
+}
+
+struct Outputs {
+    file: Option<BufWriter<File>>,
+    followers: Vec<SyncSender<String>>,
+}
+
+pub struct Observer {
+    outputs: Mutex<Outputs>,
+    pub(crate) life: Mutex<dmb_life::Tracker>,
+}
+
+impl Default for Observer {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl Observer {
+    pub fn new(file: Option<File>) -> Self {
+        Self {
+            outputs: Mutex::new(Outputs {
+                file: file.map(BufWriter::new),
+                followers: Vec::new(),
+            }),
+            life: Mutex::new(dmb_life::Tracker::default()),
+        }
+    }
+
+    fn outputs(&self) -> std::sync::MutexGuard<'_, Outputs> {
+        self.outputs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn tracker(&self) -> std::sync::MutexGuard<'_, dmb_life::Tracker> {
+        self.life.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publishes an event. Never blocks on a follower: a slow one loses lines, and the
+    /// gap is its problem, not the guests'.
+    pub fn emit(&self, event: ObservedEvent) {
+        let line = to_json_line(now_us(), &event);
+        log::debug!("event {line}");
+        let mut out = self.outputs();
+        if let Some(file) = out.file.as_mut() {
+            if writeln!(file, "{line}")
+                .and_then(|()| file.flush())
+                .is_err()
+            {
+                log::warn!("event file write failed; no longer writing events to it");
+                out.file = None;
+            }
+        }
+        out.followers.retain(|tx| match tx.try_send(line.clone()) {
+            Ok(()) | Err(TrySendError::Full(_)) => true,
+            Err(TrySendError::Disconnected(_)) => false,
+        });
+    }
+
+    /// A live feed of every event from now on.
+    pub fn follow(&self) -> Receiver<String> {
+        let (tx, rx) = sync_channel(4096);
+        self.outputs().followers.push(tx);
+        rx
+    }
+
+    pub(crate) fn dmb_registered(&self, dmb: &Dmb, function: &str) {
+        self.tracker().register(dmb, function);
+        self.emit(ObservedEvent::DmbRegistered {
+            function: function.to_string(),
+            gid: dmb.owner_gid,
+            token: dmb.token,
+            rgid: dmb.rgid,
+            iova: dmb.iova,
+            len: dmb.len,
+            sba_idx: dmb.sba_idx,
+        });
+    }
+
+    pub(crate) fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str) {
+        let events = self.tracker().unregister(dmb, reason, function);
+        for e in events {
+            self.emit(e);
+        }
+    }
+
+    pub(crate) fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
+        let events = self.tracker().before_move(dmb, mem, addr, data);
+        for e in events {
+            self.emit(e);
+        }
+    }
+
+    pub(crate) fn after_move(&self, dmb: &Dmb, _mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
+        let events = self.tracker().after_move(dmb, addr, data);
+        for e in events {
+            self.emit(e);
+        }
+    }
+
+    /// Checks closed connections' DMBs for zeroing. Called periodically by the watcher.
+    pub fn poll_zeroing(&self, read: impl Fn(u64) -> Option<Vec<u8>>) {
+        let events = self.tracker().poll_zeroing(read);
+        for e in events {
+            self.emit(e);
+        }
+    }
+
+    pub fn summaries(&self) -> Vec<DmbSummary> {
+        self.tracker().summaries()
+    }
+}
+
+/// How often the zeroing watcher looks at DMBs whose connection closed.
+pub const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(5);

@@ -1,0 +1,226 @@
+//! Running the emulator: one vfio-user server thread per function socket, and a main
+//! event loop (event-manager) for the control socket, the zeroing watcher and shutdown.
+
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use event_manager::{EventManager, EventOps, Events, MutEventSubscriber, SubscriberOps};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::timerfd::TimerFd;
+
+use crate::fabric::{Fabric, FunctionId};
+use crate::interrupts::irq_infos;
+use crate::ism::function::IsmFunction;
+use crate::observer::{control, ZERO_POLL_INTERVAL};
+use crate::pci::server_regions;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("socket {0} exists; is another emulator running? (remove it if not)")]
+    SocketExists(PathBuf),
+    #[error("cannot listen on {path}")]
+    Listen {
+        path: PathBuf,
+        #[source]
+        source: vfio_user::Error,
+    },
+    #[error("cannot bind the control socket {path}")]
+    Control {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("event loop")]
+    EventLoop(#[source] std::io::Error),
+}
+
+/// One function's socket and the thread that serves it, client after client.
+pub struct FunctionServer {
+    pub path: PathBuf,
+    pub thread: JoinHandle<()>,
+}
+
+/// Binds `path` and serves function `id` on it until the process ends. When a client goes
+/// away its state is dropped and the next client is accepted on the same socket.
+pub fn spawn_function(
+    fabric: Arc<Fabric>,
+    id: FunctionId,
+    path: &Path,
+) -> Result<FunctionServer, ServeError> {
+    if path.exists() {
+        return Err(ServeError::SocketExists(path.to_path_buf()));
+    }
+    let server =
+        vfio_user::Server::new(path, true, irq_infos(), server_regions()).map_err(|source| {
+            ServeError::Listen {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+    let name = fabric.lock().functions[id].name.clone();
+    let thread = std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            let mut function = IsmFunction::new(fabric, id);
+            loop {
+                function.connect();
+                match server.run(&mut function) {
+                    Ok(()) => log::info!("{name}: client disconnected"),
+                    Err(e) => log::warn!("{name}: client dropped: {e}"),
+                }
+                function.disconnect();
+            }
+        })
+        .map_err(|e| ServeError::EventLoop(e))?;
+    Ok(FunctionServer {
+        path: path.to_path_buf(),
+        thread,
+    })
+}
+
+/// Accepts control clients.
+struct ControlSubscriber {
+    fabric: Arc<Fabric>,
+    listener: UnixListener,
+}
+
+impl MutEventSubscriber for ControlSubscriber {
+    fn process(&mut self, _events: Events, _ops: &mut EventOps) {
+        control::accept_all(&self.fabric, &self.listener);
+    }
+    fn init(&mut self, ops: &mut EventOps) {
+        if let Err(e) = ops.add(Events::new(&self.listener, EventSet::IN)) {
+            log::error!("control socket not watched: {e:?}");
+        }
+    }
+}
+
+/// Looks at closed connections' DMBs for the guest's zeroing.
+struct ZeroWatcher {
+    fabric: Arc<Fabric>,
+    timer: TimerFd,
+}
+
+impl MutEventSubscriber for ZeroWatcher {
+    fn process(&mut self, _events: Events, _ops: &mut EventOps) {
+        let _ = self.timer.wait();
+        self.fabric.poll_zeroing();
+    }
+    fn init(&mut self, ops: &mut EventOps) {
+        if let Err(e) = self
+            .timer
+            .reset(ZERO_POLL_INTERVAL, Some(ZERO_POLL_INTERVAL))
+        {
+            log::error!("zeroing watcher timer: {e}");
+        }
+        if let Err(e) = ops.add(Events::new(&self.timer, EventSet::IN)) {
+            log::error!("zeroing watcher not watched: {e:?}");
+        }
+    }
+}
+
+/// Turns SIGINT/SIGTERM into a readable socket for the event loop.
+struct Shutdown {
+    rx: UnixStream,
+    requested: Arc<AtomicBool>,
+}
+
+impl MutEventSubscriber for Shutdown {
+    fn process(&mut self, _events: Events, _ops: &mut EventOps) {
+        self.requested.store(true, Ordering::SeqCst);
+    }
+    fn init(&mut self, ops: &mut EventOps) {
+        if let Err(e) = ops.add(Events::new(&self.rx, EventSet::IN)) {
+            log::error!("shutdown pipe not watched: {e:?}");
+        }
+    }
+}
+
+/// Runs the main loop until SIGINT or SIGTERM, then removes the sockets.
+pub fn run(
+    fabric: Arc<Fabric>,
+    sockets: &[PathBuf],
+    control_path: Option<&Path>,
+) -> Result<(), ServeError> {
+    let mut servers = Vec::new();
+    for (id, path) in sockets.iter().enumerate() {
+        let server = spawn_function(Arc::clone(&fabric), id, path);
+        match server {
+            Ok(s) => servers.push(s),
+            Err(e) => {
+                cleanup(&servers, control_path);
+                return Err(e);
+            }
+        }
+        log::info!(
+            "ism{id}: gid {:#018x} listening on {}",
+            fabric.gid(id),
+            path.display()
+        );
+    }
+
+    let mut manager =
+        EventManager::<Arc<Mutex<dyn MutEventSubscriber + Send>>>::new().map_err(|e| {
+            cleanup(&servers, control_path);
+            ServeError::EventLoop(std::io::Error::other(format!("{e:?}")))
+        })?;
+    if let Some(path) = control_path {
+        if path.exists() {
+            let _ = std::fs::remove_file(path);
+        }
+        let listener = UnixListener::bind(path).map_err(|source| {
+            cleanup(&servers, None);
+            ServeError::Control {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(ServeError::EventLoop)?;
+        manager.add_subscriber(Arc::new(Mutex::new(ControlSubscriber {
+            fabric: Arc::clone(&fabric),
+            listener,
+        })));
+        log::info!("control socket at {}", path.display());
+    }
+    let timer = TimerFd::new().map_err(|e| ServeError::EventLoop(e.into()))?;
+    manager.add_subscriber(Arc::new(Mutex::new(ZeroWatcher {
+        fabric: Arc::clone(&fabric),
+        timer,
+    })));
+
+    let (rx, tx) = UnixStream::pair().map_err(ServeError::EventLoop)?;
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let tx = tx.try_clone().map_err(ServeError::EventLoop)?;
+        signal_hook::low_level::pipe::register(signal, tx).map_err(ServeError::EventLoop)?;
+    }
+    let requested = Arc::new(AtomicBool::new(false));
+    manager.add_subscriber(Arc::new(Mutex::new(Shutdown {
+        rx,
+        requested: Arc::clone(&requested),
+    })));
+
+    while !requested.load(Ordering::SeqCst) {
+        if let Err(e) = manager.run_with_timeout(1000) {
+            log::warn!("event loop: {e:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    log::info!("shutting down");
+    cleanup(&servers, control_path);
+    Ok(())
+}
+
+fn cleanup(servers: &[FunctionServer], control_path: Option<&Path>) {
+    for s in servers {
+        let _ = std::fs::remove_file(&s.path);
+    }
+    if let Some(path) = control_path {
+        let _ = std::fs::remove_file(path);
+    }
+}
