@@ -252,11 +252,15 @@ impl Client {
     }
 
     /// A posted write: no reply is expected (QEMU posts writes to non-mmap'd regions).
-    pub fn region_write_posted(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+    pub fn region_write_posted(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> io::Result<u16> {
         let mut p = Self::region_access_payload(region, offset, data.len() as u32);
         p.extend_from_slice(data);
         self.send(cmd::REGION_WRITE, &p, &[], FLAG_NO_REPLY)
-            .map(|_| ())
     }
 
     /// Wires interrupt `index` (1 = MSI, 2 = MSI-X) to a new eventfd and returns it.

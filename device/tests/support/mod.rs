@@ -1,0 +1,314 @@
+//! A fake machine for integration tests: the real emulator serving real sockets, and
+//! guests played by a vfio-user client that behaves like QEMU plus the Linux ism driver.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ism_emu::fabric::Fabric;
+use ism_emu::ism::command::opcode;
+use ism_emu::ism::MoveAddress;
+use ism_emu::observer::Observer;
+use ism_emu::testkit::{take_count, Client, GuestRam, Reply};
+use ism_emu::{default_gid, server};
+use vmm_sys_util::eventfd::EventFd;
+
+pub const CHID: u16 = 0x1234;
+pub const IOVA_BASE: u64 = 0x1_0000_0000;
+pub const PAGE: u64 = 4096;
+pub const RAM_SIZE: u64 = 16 << 20;
+pub const SBA_PAGE: u64 = 0;
+pub const IEQ_PAGE: u64 = 1;
+pub const MOVE_BAR: u32 = 0;
+pub const CMD_BAR: u32 = 2;
+pub const MSI_INDEX: u32 = 1;
+
+/// The emulator with `n` functions on temporary sockets.
+pub struct Machine {
+    pub fabric: Arc<Fabric>,
+    pub sockets: Vec<PathBuf>,
+    _dir: TempDir,
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Machine {
+    pub fn start(n: usize) -> Self {
+        let _ = env_logger::builder().is_test(true).try_init();
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ism-emu-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let functions = (0..n)
+            .map(|i| (format!("ism{i}"), default_gid(CHID, i)))
+            .collect();
+        let fabric = Arc::new(Fabric::new(CHID, functions, Observer::default()));
+        let sockets: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("ism{i}.sock"))).collect();
+        for (i, path) in sockets.iter().enumerate() {
+            // The server thread lives as long as the test process; that is fine.
+            server::spawn_function(Arc::clone(&fabric), i, path).unwrap();
+        }
+        Self {
+            fabric,
+            sockets,
+            _dir: TempDir(dir),
+        }
+    }
+
+    /// A guest on function `i` that has not probed yet.
+    pub fn connect(&self, i: usize) -> Guest {
+        let client = Client::connect(&self.sockets[i]).unwrap();
+        Guest {
+            client,
+            ram: GuestRam::new(RAM_SIZE),
+            msi: None,
+            next_dmb_page: 16,
+            next_sba_idx: 32,
+        }
+    }
+
+    /// A guest on function `i` after the driver's probe.
+    pub fn guest(&self, i: usize) -> Guest {
+        let mut g = self.connect(i);
+        g.probe();
+        g
+    }
+}
+
+/// What a command answered.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CmdResult {
+    pub ret: u16,
+    pub payload: Vec<u8>,
+}
+
+impl CmdResult {
+    pub fn ok(&self) -> bool {
+        self.ret == 0
+    }
+    pub fn u64_at(&self, at: usize) -> u64 {
+        u64::from_be_bytes(self.payload[at..at + 8].try_into().unwrap())
+    }
+    pub fn u32_at(&self, at: usize) -> u32 {
+        u32::from_be_bytes(self.payload[at..at + 4].try_into().unwrap())
+    }
+}
+
+pub struct Dmb {
+    pub token: u64,
+    pub ram_offset: u64,
+    pub len: u32,
+    pub sba_idx: u32,
+}
+
+pub struct Guest {
+    pub client: Client,
+    pub ram: GuestRam,
+    pub msi: Option<EventFd>,
+    next_dmb_page: u64,
+    next_sba_idx: u32,
+}
+
+impl Guest {
+    pub fn map_pages(&mut self, first_page: u64, pages: u64) {
+        self.client
+            .dma_map_pages(
+                IOVA_BASE + first_page * PAGE,
+                pages,
+                &self.ram,
+                first_page * PAGE,
+            )
+            .unwrap();
+    }
+
+    /// One command, exactly as ism_cmd() issues it: payload at 8, header at 0, then the
+    /// response header, then the rest in 8-byte loads.
+    pub fn command(&mut self, op: u32, payload: &[u8]) -> CmdResult {
+        self.command_with_len(op, payload, (8 + payload.len()) as u16)
+    }
+
+    pub fn command_with_len(&mut self, op: u32, payload: &[u8], len: u16) -> CmdResult {
+        if !payload.is_empty() {
+            self.client
+                .region_write(CMD_BAR, 8, payload)
+                .unwrap()
+                .unwrap();
+        }
+        let mut header = Vec::new();
+        header.extend_from_slice(&op.to_be_bytes());
+        header.extend_from_slice(&0u16.to_be_bytes());
+        header.extend_from_slice(&len.to_be_bytes());
+        self.client
+            .region_write(CMD_BAR, 0, &header)
+            .unwrap()
+            .unwrap();
+        let resp = self.client.region_read(CMD_BAR, 0, 8).unwrap().unwrap();
+        let ret = u16::from_be_bytes([resp[4], resp[5]]);
+        let rlen = u16::from_be_bytes([resp[6], resp[7]]) as u64;
+        let mut payload = Vec::new();
+        if ret == 0 {
+            assert!(rlen >= 8 && rlen % 8 == 0, "response length {rlen}");
+            let mut off = 8;
+            while off < rlen {
+                payload.extend(self.client.region_read(CMD_BAR, off, 8).unwrap().unwrap());
+                off += 8;
+            }
+        }
+        CmdResult { ret, payload }
+    }
+
+    /// The driver's probe: MSI, REG_SBA, REG_IEQ, READ_GID, ADD_VLAN_ID(0x1fff), QUERY_INFO.
+    pub fn probe(&mut self) -> u64 {
+        self.msi = Some(self.client.set_irq_eventfd(MSI_INDEX).unwrap());
+        self.map_pages(SBA_PAGE, 2);
+        assert!(self
+            .command(
+                opcode::REG_SBA,
+                &(IOVA_BASE + SBA_PAGE * PAGE).to_be_bytes()
+            )
+            .ok());
+        let mut p = (IOVA_BASE + IEQ_PAGE * PAGE).to_be_bytes().to_vec();
+        p.extend_from_slice(&512u64.to_be_bytes());
+        assert!(self.command(opcode::REG_IEQ, &p).ok());
+        let gid = self.read_gid();
+        assert!(self
+            .command(opcode::ADD_VLAN_ID, &0x1fffu64.to_be_bytes())
+            .ok());
+        assert!(self.command(opcode::QUERY_INFO, &[]).ok());
+        gid
+    }
+
+    pub fn read_gid(&mut self) -> u64 {
+        let r = self.command(opcode::READ_GID, &[]);
+        assert!(r.ok());
+        r.u64_at(0)
+    }
+
+    pub fn query_rgid(&mut self, rgid: u64) -> CmdResult {
+        let mut p = rgid.to_be_bytes().to_vec();
+        p.extend_from_slice(&1u32.to_be_bytes());
+        p.extend_from_slice(&0x1fffu32.to_be_bytes());
+        self.command(opcode::QUERY_RGID, &p)
+    }
+
+    pub fn reg_dmb_request(iova: u64, len: u32, sba_idx: u32, rgid: u64) -> Vec<u8> {
+        let mut p = iova.to_be_bytes().to_vec();
+        p.extend_from_slice(&len.to_be_bytes());
+        p.extend_from_slice(&sba_idx.to_be_bytes());
+        p.extend_from_slice(&1u32.to_be_bytes());
+        p.extend_from_slice(&0x1fffu32.to_be_bytes());
+        p.extend_from_slice(&rgid.to_be_bytes());
+        p
+    }
+
+    /// Allocates, maps and registers a DMB of `len` bytes for peer `rgid`.
+    pub fn reg_dmb(&mut self, len: u32, rgid: u64) -> Dmb {
+        let pages = u64::from(len).div_ceil(PAGE);
+        let first = self.next_dmb_page;
+        self.next_dmb_page += pages;
+        self.map_pages(first, pages);
+        let sba_idx = self.next_sba_idx;
+        self.next_sba_idx += 1;
+        let r = self.command(
+            opcode::REG_DMB,
+            &Self::reg_dmb_request(IOVA_BASE + first * PAGE, len, sba_idx, rgid),
+        );
+        assert_eq!(r.ret, 0, "REG_DMB failed");
+        Dmb {
+            token: r.u64_at(0),
+            ram_offset: first * PAGE,
+            len,
+            sba_idx,
+        }
+    }
+
+    pub fn unreg_dmb(&mut self, token: u64) -> CmdResult {
+        self.command(opcode::UNREG_DMB, &token.to_be_bytes())
+    }
+
+    /// A data move as ism_move() does it: chunks that never cross 4 KiB, `sf` only on the
+    /// last. Returns the first rejected chunk's error.
+    pub fn move_data(&mut self, token: u64, offset: u32, data: &[u8], sf: bool) -> Reply {
+        let mut done = 0usize;
+        let mut offset = offset;
+        while done < data.len() {
+            let n = ((4096 - (offset as usize & 4095)).min(data.len() - done)) as usize;
+            let last = done + n == data.len();
+            let addr = MoveAddress {
+                token,
+                dmbe: 0,
+                signal: sf && last,
+                offset,
+            };
+            let r = self
+                .client
+                .region_write(MOVE_BAR, addr.encode(), &data[done..done + n])
+                .unwrap();
+            if r.is_err() {
+                return r;
+            }
+            done += n;
+            offset += n as u32;
+        }
+        Ok(Vec::new())
+    }
+
+    pub fn interrupts(&self) -> u64 {
+        self.msi.as_ref().map_or(0, take_count)
+    }
+
+    pub fn sba(&self) -> Vec<u8> {
+        self.ram.read(SBA_PAGE * PAGE, PAGE as usize)
+    }
+
+    /// Whether the SBA shows DMB `sba_idx` signalled (and the summary bit).
+    pub fn sba_signalled(&self, sba_idx: u32) -> bool {
+        let sba = self.sba();
+        let bit = sba[4 + (sba_idx / 8) as usize] & (0x80 >> (sba_idx % 8)) != 0;
+        bit && sba[0] & 0x80 != 0
+    }
+
+    /// Clears the SBA like the guest's interrupt handler.
+    pub fn ack_sba(&self) {
+        self.ram.write(SBA_PAGE * PAGE, &[0u8; 4096]);
+    }
+
+    /// IEQ header index and the entries written so far (type, code, tok, info).
+    pub fn ieq_idx(&self) -> u64 {
+        u64::from_be_bytes(self.ram.read(IEQ_PAGE * PAGE, 8).try_into().unwrap())
+    }
+
+    pub fn ieq_entry(&self, slot: u64) -> (u32, u32, u64, u64) {
+        let e = self.ram.read(IEQ_PAGE * PAGE + 32 + 32 * slot, 32);
+        (
+            u32::from_be_bytes(e[0..4].try_into().unwrap()),
+            u32::from_be_bytes(e[4..8].try_into().unwrap()),
+            u64::from_be_bytes(e[8..16].try_into().unwrap()),
+            u64::from_be_bytes(e[24..32].try_into().unwrap()),
+        )
+    }
+
+    pub fn dmb_bytes(&self, dmb: &Dmb, offset: u64, len: usize) -> Vec<u8> {
+        self.ram.read(dmb.ram_offset + offset, len)
+    }
+}
+
+/// Waits (bounded) until `cond` holds; for effects of another thread.
+pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..500 {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
