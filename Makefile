@@ -1,6 +1,7 @@
 # ism-emu: an SMC-D ISM device emulator for QEMU s390x guests.
 #
-#   make demo    boot two guests over the emulated ISM and show the host's view
+#   make demo    build what is missing, boot two guests over the emulated ISM,
+#                show the host's view
 #   make test    unit + integration tests, then the end-to-end suite
 #
 # Slow artefacts (QEMU, guest kernels) are cached under $(CACHE_DIR), keyed by their inputs.
@@ -14,8 +15,12 @@ KERNEL ?= 6.12
 VARIANT ?= stock
 export CACHE_DIR BUILD_DIR KERNEL VARIANT
 
-.PHONY: all images qemu kernel initramfs emulator demo test unit e2e clean
+.PHONY: all deps images qemu kernel initramfs emulator demo test unit e2e e2e-variants bench lint clean
 all: images emulator
+
+# Host packages for the Rust build (the image builders install their own).
+deps:
+	@source scripts/lib.sh && need_host_packages pkg-config
 
 images: qemu kernel initramfs
 
@@ -27,6 +32,35 @@ kernel:
 
 initramfs: kernel
 	guest-tests/build-initramfs.sh
+
+emulator:
+	cargo build --release --locked
+
+demo: images emulator
+	scripts/demo.sh
+
+unit:
+	cargo test --locked
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --locked --all-targets -- -D warnings
+
+# The end-to-end suite on the selected kernel line and variant.
+e2e: images emulator
+	scripts/e2e.sh
+
+# The negative controls: the observer must see what each kernel variant does.
+e2e-variants: emulator qemu
+	$(MAKE) kernel initramfs VARIANT=prezero
+	VARIANT=prezero TESTS=seq scripts/e2e.sh two
+	$(MAKE) kernel initramfs VARIANT=nozero
+	VARIANT=nozero TESTS=seq scripts/e2e.sh two
+
+test: unit e2e e2e-variants
+
+bench:
+	cargo bench --bench throughput
 
 clean:
 	rm -rf $(BUILD_DIR) target

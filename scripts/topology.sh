@@ -1,0 +1,114 @@
+# Starting and stopping the emulator and guests for the demo and the end-to-end tests.
+# Source it after scripts/lib.sh. Every process started here is stopped by `topo_cleanup`
+# (installed as an EXIT trap by `topo_init`), so nothing outlives the script.
+
+EMU_BIN="${EMU_BIN:-$REPO_ROOT/target/release/ism-emu}"
+CHID="${CHID:-0x1234}"
+GUEST_TIMEOUT="${GUEST_TIMEOUT:-600}"
+KERNEL="${KERNEL:-6.12}"
+VARIANT="${VARIANT:-stock}"
+
+_topo_pids=()
+EMU_PID=""
+
+# topo_init RUN_DIR: a fresh folder for sockets, logs and the event stream.
+topo_init() {
+    RUN_DIR="$1"
+    rm -rf "$RUN_DIR"
+    mkdir -p "$RUN_DIR"
+    trap topo_cleanup EXIT
+    trap 'exit 130' INT TERM
+}
+
+topo_cleanup() {
+    local pid
+    for pid in "${_topo_pids[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${_topo_pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    _topo_pids=()
+}
+
+# The artefacts of the selected kernel line and variant.
+kernel_suffix() { [ "$VARIANT" = stock ] && echo "$KERNEL" || echo "$KERNEL-$VARIANT"; }
+guest_kernel() { echo "$BUILD_DIR/kernel-$(kernel_suffix)/bzImage"; }
+guest_initrd() { echo "$BUILD_DIR/initramfs-$(kernel_suffix).cpio.gz"; }
+
+check_artefacts() {
+    local f
+    for f in "$EMU_BIN" "$BUILD_DIR/qemu/bin/qemu-system-s390x" "$(guest_kernel)" "$(guest_initrd)"; do
+        [ -e "$f" ] || die "missing $f: run 'make images emulator' (KERNEL=$KERNEL VARIANT=$VARIANT) first"
+    done
+}
+
+# emu_start N: the emulator with N functions (sockets ism0..ism<N-1>.sock in RUN_DIR).
+emu_start() {
+    local n="$1" i args=()
+    for ((i = 0; i < n; i++)); do args+=(--socket "$RUN_DIR/ism$i.sock"); done
+    RUST_LOG="${RUST_LOG:-info}" "$EMU_BIN" serve --chid "$CHID" "${args[@]}" \
+        --control "$RUN_DIR/control.sock" --events "$RUN_DIR/events.jsonl" \
+        >"$RUN_DIR/emulator.log" 2>&1 &
+    EMU_PID=$!
+    _topo_pids+=("$EMU_PID")
+    for ((i = 0; i < 100; i++)); do
+        [ -S "$RUN_DIR/control.sock" ] && return 0
+        kill -0 "$EMU_PID" 2>/dev/null || { cat "$RUN_DIR/emulator.log" >&2; die "the emulator exited at start"; }
+        sleep 0.1
+    done
+    die "the emulator did not come up (see $RUN_DIR/emulator.log)"
+}
+
+# emu_stop: SIGTERM, and check that it exited cleanly and removed its sockets.
+emu_stop() {
+    [ -n "$EMU_PID" ] || return 0
+    kill -TERM "$EMU_PID" 2>/dev/null || true
+    local rc=0
+    timeout 15 tail --pid="$EMU_PID" -f /dev/null || { kill -KILL "$EMU_PID" 2>/dev/null; rc=1; }
+    wait "$EMU_PID" 2>/dev/null || rc=$?
+    EMU_PID=""
+    [ "$rc" -eq 0 ] || { warn "emulator exited with status $rc"; return 1; }
+    if compgen -G "$RUN_DIR/*.sock" >/dev/null; then
+        warn "emulator left sockets behind: $(ls "$RUN_DIR"/*.sock)"
+        return 1
+    fi
+}
+
+observe() { "$EMU_BIN" observe --control "$RUN_DIR/control.sock" "$@"; }
+
+# guest_start NAME ISM_SOCKET IP NET_SERVER(on|off) RUN_WORDS...
+# Boots one guest in the background; its pid is in GUEST_PID_<NAME>.
+guest_start() {
+    local name="$1" sock="$2" ip="$3" net_server="$4"; shift 4
+    local run
+    run="$(IFS=+; echo "$*")"
+    local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))"
+    "$REPO_ROOT/qemu-configs/run-guest.sh" --name "$name" \
+        --kernel "$(guest_kernel)" --initrd "$(guest_initrd)" --append "$append" \
+        --ism "$sock" --chid "$CHID" \
+        --net-socket "$RUN_DIR/net.sock" --net-server "$net_server" \
+        --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
+        >"$RUN_DIR/$name.run.log" 2>&1 &
+    local pid=$!
+    _topo_pids+=("$pid")
+    printf -v "GUEST_PID_$name" '%s' "$pid"
+}
+
+# guest_wait NAME: waits for the guest; 0 if it ran its program and it passed.
+guest_wait() {
+    local name="$1" var="GUEST_PID_$1" rc=0
+    wait "${!var}" || rc=$?
+    local log="$RUN_DIR/$name.console.log"
+    if [ "$rc" -ne 0 ]; then
+        warn "guest $name: QEMU ended with status $rc; last console lines:"
+        tail -n 40 "$log" >&2 || true
+        cat "$RUN_DIR/$name.run.log" >&2 || true
+        return 1
+    fi
+    if ! grep -q '^ISMTEST: RESULT PASS' "$log"; then
+        warn "guest $name: test did not pass; last console lines:"
+        tail -n 40 "$log" >&2
+        return 1
+    fi
+}
