@@ -67,7 +67,6 @@ pub fn spawn_function(
         .spawn(move || {
             let mut function = IsmFunction::new(fabric, id);
             loop {
-                function.connect();
                 match server.run(&mut function) {
                     Ok(()) => log::info!("{name}: client disconnected"),
                     Err(e) => log::warn!("{name}: client dropped: {e}"),
@@ -75,7 +74,7 @@ pub fn spawn_function(
                 function.disconnect();
             }
         })
-        .map_err(|e| ServeError::EventLoop(e))?;
+        .map_err(ServeError::EventLoop)?;
     Ok(FunctionServer {
         path: path.to_path_buf(),
         thread,

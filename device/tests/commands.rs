@@ -33,8 +33,14 @@ fn query_info_reports_real_state() {
 fn query_rgid_finds_attached_peers_and_itself_only() {
     let m = Machine::start(2);
     let mut a = m.guest(0);
-    let gid_b = m.guest(1).read_gid();
+    let mut b = m.guest(1);
+    let gid_b = b.read_gid();
     assert!(a.query_rgid(gid_b).ok());
+    drop(b);
+    assert!(
+        eventually(|| !a.query_rgid(gid_b).ok()),
+        "a guest that went away is unreachable"
+    );
     assert!(
         a.query_rgid(default_gid(CHID, 0)).ok(),
         "a function may talk to itself"

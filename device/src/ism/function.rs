@@ -23,6 +23,9 @@ pub struct IsmFunction {
     fabric: Arc<Fabric>,
     id: FunctionId,
     name: String,
+    /// A client is talking to us. Set by its first request, not by `accept`, which
+    /// happens inside `vfio_user::Server::run` where we cannot see it.
+    attached: bool,
     config: ConfigSpace,
     command_area: Box<[u8; COMMAND_AREA]>,
 }
@@ -38,6 +41,7 @@ impl IsmFunction {
             fabric,
             id,
             name,
+            attached: false,
             config: ConfigSpace::ism(),
             command_area: Box::new([0; COMMAND_AREA]),
         }
@@ -79,17 +83,24 @@ impl IsmFunction {
 
     /// Called when the client goes away for good.
     pub fn disconnect(&mut self) {
-        self.fabric.detach(self.id, "client disconnected", false);
+        if std::mem::take(&mut self.attached) {
+            self.fabric.detach(self.id, "client disconnected", false);
+        }
         self.config.reset();
+        self.command_area.fill(0);
     }
 
-    pub fn connect(&mut self) {
-        self.fabric.attach(self.id);
+    fn ensure_attached(&mut self) {
+        if !self.attached {
+            self.attached = true;
+            self.fabric.attach(self.id);
+        }
     }
 }
 
 impl ServerBackend for IsmFunction {
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
+        self.ensure_attached();
         match Region::from_index(region) {
             Some(Region::Config) => {
                 if !self.config.read(offset, data) {
@@ -114,6 +125,7 @@ impl ServerBackend for IsmFunction {
     }
 
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.ensure_attached();
         match Region::from_index(region) {
             Some(Region::Config) => {
                 if !self.config.write(offset, data) {
@@ -160,6 +172,7 @@ impl ServerBackend for IsmFunction {
         size: u64,
         fd: Option<File>,
     ) -> io::Result<()> {
+        self.ensure_attached();
         self.fabric
             .dma_map(self.id, address, size, fd, offset)
             .map_err(|e| {
@@ -172,6 +185,7 @@ impl ServerBackend for IsmFunction {
     }
 
     fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
+        self.ensure_attached();
         // "Unmap all" is bit 1 in Linux's vfio.h and bit 2 in the vfio_user crate; either,
         // or an empty range at 0, means everything.
         if flags.bits() & 0b110 != 0 || (address == 0 && size == 0) {
@@ -187,6 +201,7 @@ impl ServerBackend for IsmFunction {
     }
 
     fn reset(&mut self) -> io::Result<()> {
+        self.ensure_attached();
         self.fabric.detach(self.id, "function reset", true);
         self.config.reset();
         self.command_area.fill(0);
@@ -201,6 +216,7 @@ impl ServerBackend for IsmFunction {
         count: u32,
         fds: Vec<File>,
     ) -> io::Result<()> {
+        self.ensure_attached();
         self.fabric
             .set_irqs(self.id, index, flags, start, count, fds)
             .map_err(|e| {

@@ -156,7 +156,10 @@ impl Guest {
         let rlen = u16::from_be_bytes([resp[6], resp[7]]) as u64;
         let mut payload = Vec::new();
         if ret == 0 {
-            assert!(rlen >= 8 && rlen % 8 == 0, "response length {rlen}");
+            assert!(
+                rlen >= 8 && rlen.is_multiple_of(8),
+                "response length {rlen}"
+            );
             let mut off = 8;
             while off < rlen {
                 payload.extend(self.client.region_read(CMD_BAR, off, 8).unwrap().unwrap());
@@ -241,7 +244,7 @@ impl Guest {
         let mut done = 0usize;
         let mut offset = offset;
         while done < data.len() {
-            let n = ((4096 - (offset as usize & 4095)).min(data.len() - done)) as usize;
+            let n = (4096 - (offset as usize & 4095)).min(data.len() - done);
             let last = done + n == data.len();
             let addr = MoveAddress {
                 token,
@@ -253,9 +256,7 @@ impl Guest {
                 .client
                 .region_write(MOVE_BAR, addr.encode(), &data[done..done + n])
                 .unwrap();
-            if r.is_err() {
-                return r;
-            }
+            r.as_ref().map_err(|&e| e)?;
             done += n;
             offset += n as u32;
         }
