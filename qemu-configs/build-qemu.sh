@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Build the project's QEMU: Debian's qemu source package plus the patch series in
+# qemu-configs/patches/ (zpci ism=/pchid= properties, ISM PCISTB forwarding to
+# vfio-user), as a minimal s390x-softmmu build.
+#
+# Usage: qemu-configs/build-qemu.sh          (or: make qemu)
+#
+# Result: $BUILD_DIR/qemu -> $CACHE_DIR/qemu/<version>-<hash>/, so the emulator is
+#         $BUILD_DIR/qemu/bin/qemu-system-s390x
+#
+# The install is cached under a name made from the Debian version and a hash of the
+# version, the patches and this script: a warm run only verifies the cached binary and
+# re-links it. Build a fresh copy by removing that folder.
+#
+# Environment: CACHE_DIR, BUILD_DIR, DEBIAN_MIRROR, SHARED_MIRROR (see scripts/lib.sh);
+#              JOBS (default 2).
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+
+# The one place that names the QEMU version. It must be a Debian source package that
+# still has the vfio-user client (QEMU >= 10.1) and that the patches apply to.
+QEMU_DEB_VERSION="1:10.2.2+ds-1"
+# Meson from PyPI (bookworm's 1.0 is too old for QEMU 10.2, which wants >= 1.5);
+# 1.9.0 is the version QEMU 10.2 itself vendors.
+MESON_VERSION="1.9.0"
+JOBS="${JOBS:-2}"
+
+HERE="$REPO_ROOT/qemu-configs"
+PATCH_DIR="$HERE/patches"
+
+ver_noepoch="${QEMU_DEB_VERSION#*:}"            # 10.2.2+ds-1
+upstream_ver="${ver_noepoch%-*}"                 # 10.2.2+ds
+dsc="qemu_${ver_noepoch}.dsc"
+key="$(printf '%s' "$QEMU_DEB_VERSION" | tr -c 'A-Za-z0-9.\n-' '_')-$(input_hash "$QEMU_DEB_VERSION" "$PATCH_DIR" "$HERE/build-qemu.sh")"
+OUT="$CACHE_DIR/qemu/$key"
+QEMU_BIN="$OUT/bin/qemu-system-s390x"
+
+# verify_install DIR: the binary runs, is the version we built, and has our zpci
+# properties and the devices the project relies on.
+verify_install() {
+    local bin="$1/bin/qemu-system-s390x" zpci devs
+    [ -x "$bin" ] || return 1
+    [ "$(cat "$1/.ism-emu-key" 2>/dev/null)" = "$key" ] || return 1
+    "$bin" --version | grep -q "Debian $ver_noepoch" || { warn "$bin: unexpected --version"; return 1; }
+    zpci="$("$bin" -M none -device zpci,help 2>&1)" || return 1
+    grep -q '^ *ism=' <<<"$zpci" && grep -q '^ *pchid=' <<<"$zpci" \
+        || { warn "$bin: zpci has no ism/pchid properties"; return 1; }
+    devs="$("$bin" -M none -device help 2>&1)" || return 1
+    grep -q '"vfio-user-pci"' <<<"$devs" && grep -q '"virtio-net-pci"' <<<"$devs" \
+        || { warn "$bin: vfio-user-pci or virtio-net-pci missing"; return 1; }
+    "$bin" -M none -object help 2>&1 | grep -q 'memory-backend-memfd' \
+        || { warn "$bin: memory-backend-memfd missing"; return 1; }
+    "$bin" -M none -netdev help 2>&1 | grep -q '^stream$' \
+        || { warn "$bin: -netdev stream missing"; return 1; }
+}
+
+publish() {
+    mkdir -p "$BUILD_DIR"
+    ln -sfn "$OUT" "$BUILD_DIR/.qemu.new"
+    mv -T "$BUILD_DIR/.qemu.new" "$BUILD_DIR/qemu"
+    step "QEMU ready: $BUILD_DIR/qemu/bin/qemu-system-s390x -> $QEMU_BIN"
+}
+
+if [ -d "$OUT" ]; then
+    step "checking cached QEMU $QEMU_DEB_VERSION ($key)"
+    if verify_install "$OUT"; then
+        publish
+        exit 0
+    fi
+    warn "cached QEMU in $OUT failed verification: rebuilding"
+    rm -rf "$OUT"
+fi
+
+step "building QEMU $QEMU_DEB_VERSION with $(ls "$PATCH_DIR"/*.patch | wc -l) patches (cache key $key)"
+need_host_packages build-essential dpkg-dev xz-utils patch ninja-build pkg-config \
+    libglib2.0-dev libpixman-1-dev libslirp-dev libfdt-dev device-tree-compiler \
+    python3 python3-venv flex bison
+
+# --- meson from PyPI, in a venv inside the cache (the host's apt sources stay as they are)
+VENV="$CACHE_DIR/qemu/tools/meson-$MESON_VERSION"
+if [ ! -f "$VENV/.ok" ] || ! "$VENV/bin/meson" --version 2>/dev/null | grep -qx "$MESON_VERSION"; then
+    step "installing meson $MESON_VERSION from PyPI into $VENV"
+    rm -rf "$VENV"
+    /usr/bin/python3 -m venv "$VENV" || die "python3 -m venv failed (python3-venv installed?)"
+    timeout 600 "$VENV/bin/pip" install -q --disable-pip-version-check "meson==$MESON_VERSION" >&2 \
+        || die "could not install meson $MESON_VERSION from PyPI"
+    touch "$VENV/.ok"
+fi
+MESON_PY="$VENV/bin/python3"
+
+# --- source package: Debian's archive first, then the checksummed shared mirror
+SRC_DL="$CACHE_DIR/qemu/source/$ver_noepoch"
+fetch_source() {
+    local tmp="$SRC_DL.tmp"
+    rm -rf "$tmp"; mkdir -p "$tmp"
+    step "downloading source package qemu=$QEMU_DEB_VERSION from Debian ($DEBIAN_MIRROR, sid)"
+    if (cd "$tmp" && papt sid amd64 source -qq --download-only "qemu=$QEMU_DEB_VERSION" >&2) \
+        && [ -f "$tmp/$dsc" ]; then
+        : # apt checked every file against the signed Sources index
+    elif [ -f "$SHARED_MIRROR/$dsc" ] && [ -f "$SHARED_MIRROR/SHA256SUMS" ]; then
+        warn "Debian's archive did not serve qemu $QEMU_DEB_VERSION; using $SHARED_MIRROR"
+        rm -rf "$tmp"; mkdir -p "$tmp"
+        local sums
+        # the .dsc, the Debian tarball and the upstream tarball(s) of this version
+        sums="$(awk -v a="qemu_${ver_noepoch}." -v b="qemu_${upstream_ver}.orig" \
+                    'index($2, a) == 1 || index($2, b) == 1' "$SHARED_MIRROR/SHA256SUMS")"
+        grep -q " $dsc\$" <<<"$sums" || die "$dsc is not listed in $SHARED_MIRROR/SHA256SUMS"
+        (cd "$SHARED_MIRROR" && sha256sum -c --quiet --strict - <<<"$sums") >&2 \
+            || die "checksum mismatch for qemu $QEMU_DEB_VERSION in $SHARED_MIRROR (see SHA256SUMS)"
+        awk '{print $2}' <<<"$sums" | (cd "$SHARED_MIRROR" && xargs cp -t "$tmp/")
+    else
+        die "qemu source package $QEMU_DEB_VERSION is available neither from Debian's archive ($DEBIAN_MIRROR, sid) nor from $SHARED_MIRROR. Put its .dsc, .orig.tar.xz and .debian.tar.xz with a SHA256SUMS file into \$SHARED_MIRROR, or change QEMU_DEB_VERSION in $HERE/build-qemu.sh to a version the archive serves (>= 10.1, and refresh the patches)."
+    fi
+    mv -T "$tmp" "$SRC_DL"
+}
+[ -f "$SRC_DL/$dsc" ] || fetch_source
+
+# --- unpack (dpkg-source checks every file against the .dsc), patch, configure, build
+WORK="$CACHE_DIR/qemu/$key.tmp"
+rm -rf "$WORK"; mkdir -p "$WORK"
+step "unpacking $dsc (Debian's patches applied by dpkg-source)"
+dpkg-source --no-copy -x "$SRC_DL/$dsc" "$WORK/src" >"$WORK/unpack.log" 2>&1 \
+    || die "dpkg-source -x $SRC_DL/$dsc failed (checksums do not match the .dsc?); remove $SRC_DL and retry"
+for p in "$PATCH_DIR"/*.patch; do
+    step "applying $(basename "$p")"
+    patch -d "$WORK/src" -p1 --quiet --forward --no-backup-if-mismatch <"$p" >&2 || die "patch $p does not apply"
+done
+
+step "configuring (s390x-softmmu, minimal)"
+mkdir -p "$WORK/src/build"
+(cd "$WORK/src/build" && PATH="$VENV/bin:$PATH" ../configure \
+    --prefix="$OUT" \
+    --python="$MESON_PY" \
+    --target-list=s390x-softmmu \
+    --without-default-features \
+    --disable-download \
+    --enable-tcg \
+    --enable-slirp \
+    --enable-fdt=system \
+    --disable-docs \
+    --disable-install-blobs \
+    --disable-werror \
+    --extra-cflags="-g0" \
+    --with-pkgversion="Debian $ver_noepoch + ism-emu ${key##*-}" \
+    >"$WORK/configure.log" 2>&1) \
+    || { tail -n 40 "$WORK/configure.log" >&2; die "QEMU configure failed (full log: $WORK/configure.log)"; }
+
+step "compiling (nice, -j$JOBS)"
+nice -n 10 make -C "$WORK/src/build" -j"$JOBS" >"$WORK/build.log" 2>&1 \
+    || { tail -n 40 "$WORK/build.log" >&2; die "QEMU build failed (full log: $WORK/build.log)"; }
+
+step "installing into the cache"
+make -C "$WORK/src/build" install DESTDIR="$WORK/dest" >>"$WORK/build.log" 2>&1 \
+    || { tail -n 40 "$WORK/build.log" >&2; die "QEMU install failed (full log: $WORK/build.log)"; }
+printf '%s\n' "$key" >"$WORK/dest$OUT/.ism-emu-key"
+ls "$PATCH_DIR"/*.patch | xargs -n1 basename >"$WORK/dest$OUT/.ism-emu-patches"
+mv -T "$WORK/dest$OUT" "$OUT"
+rm -rf "$WORK"
+verify_install "$OUT" || die "freshly built QEMU in $OUT failed verification"
+publish

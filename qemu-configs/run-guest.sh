@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Start ONE s390x guest under the project's QEMU (qemu-configs/build-qemu.sh), with
+# zero or more emulated ISM functions (vfio-user sockets served by ism-emu) and
+# optionally a virtio-net NIC linked to a second guest. The QEMU command line is the
+# template qemu-configs/guest.args; this script only fills it in and runs it.
+#
+# Usage: qemu-configs/run-guest.sh [options] [-- extra QEMU arguments]
+#   -k, --kernel PATH     guest kernel          (GUEST_KERNEL; default $BUILD_DIR/kernel-$KERNEL/bzImage)
+#   -i, --initrd PATH     initramfs, optional   (GUEST_INITRD)
+#   -a, --append STRING   kernel command line   (GUEST_APPEND; default "console=ttysclp0 panic=-1")
+#   --ism SOCKET          add an ISM function served at this vfio-user socket; repeat for
+#                         more (ISM_SOCKS, space-separated). The n-th gets uid=fid=n+1
+#                         (2, 3, ...), QEMU id ism<uid>; the guest sees PCI 000<uid>:00:00.0
+#   --chid HEX            CHID reported for every ISM function (CHID; default 0x1234;
+#                         nonzero, not 0xFF00-0xFFFF; equal on both SMC-Dv2 peers)
+#   --net-socket PATH     add a virtio-net NIC (zpci uid/fid 1) on a unix stream socket (NET_SOCK)
+#   --net-server on|off   on: listen on the socket; off: connect, retrying every second
+#                         (NET_SERVER; default on)
+#   --mac MAC             NIC MAC (MAC; default 52:54:00:00:00:01 for server=on, :02 for off)
+#   --log PATH            console log (CONSOLE_LOG; default $BUILD_DIR/logs/<name>.console.log);
+#                         QEMU's own messages go to <log minus .console.log>.qemu.log
+#   --name NAME           name for logs and the QEMU process (NAME; default guest)
+#   --echo                also copy the console to stdout (ECHO=1)
+#   --timeout SECONDS     hard limit for the whole run (TIMEOUT; default 300)
+#   --mem SIZE            guest RAM (MEM; default 1G)    --smp N   vCPUs (SMP; default 2)
+#   --socket-wait SECONDS how long to wait for ISM sockets to appear (SOCKET_WAIT; default 10)
+#   --qemu PATH           QEMU binary (QEMU; default $BUILD_DIR/qemu/bin/qemu-system-s390x)
+#   --dry-run             print the command line and exit
+#
+# Exit status: 0 when QEMU exited normally (the guest powered off or rebooted, which
+# ends QEMU because of -no-reboot); 124 on timeout; QEMU's status otherwise (1 on a
+# guest kernel panic or a QEMU error). On failure the last 30 console lines and QEMU's
+# messages are printed to stderr.
+#
+# Examples:
+#   qemu-configs/run-guest.sh -k bzImage -i initrd.cpio.gz --ism /run/ism/a.sock --echo
+#   qemu-configs/run-guest.sh --name g1 --ism /tmp/g1.sock --net-socket /tmp/net.sock --net-server on  &
+#   qemu-configs/run-guest.sh --name g2 --ism /tmp/g2.sock --net-socket /tmp/net.sock --net-server off
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+
+ARGS_FILE="$REPO_ROOT/qemu-configs/guest.args"
+QEMU="${QEMU:-$BUILD_DIR/qemu/bin/qemu-system-s390x}"
+GUEST_KERNEL="${GUEST_KERNEL:-$BUILD_DIR/kernel-${KERNEL:-6.12}/bzImage}"
+GUEST_INITRD="${GUEST_INITRD:-}"
+GUEST_APPEND="${GUEST_APPEND:-console=ttysclp0 panic=-1}"
+read -r -a ism_socks <<<"${ISM_SOCKS:-}"
+CHID="${CHID:-0x1234}"
+NET_SOCK="${NET_SOCK:-}"
+NET_SERVER="${NET_SERVER:-on}"
+MAC="${MAC:-}"
+NAME="${NAME:-guest}"
+CONSOLE_LOG="${CONSOLE_LOG:-}"
+ECHO="${ECHO:-0}"
+TIMEOUT="${TIMEOUT:-300}"
+MEM="${MEM:-1G}"
+SMP="${SMP:-2}"
+SOCKET_WAIT="${SOCKET_WAIT:-10}"
+DRY_RUN=0
+extra=()
+
+usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" | sed '/^source /,$d' >&2; exit "${1:-2}"; }
+need_arg() { [ $# -ge 2 ] || die "option $1 needs an argument"; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -k|--kernel) need_arg "$@"; GUEST_KERNEL="$2"; shift 2 ;;
+        -i|--initrd) need_arg "$@"; GUEST_INITRD="$2"; shift 2 ;;
+        -a|--append) need_arg "$@"; GUEST_APPEND="$2"; shift 2 ;;
+        --ism) need_arg "$@"; ism_socks+=("$2"); shift 2 ;;
+        --chid) need_arg "$@"; CHID="$2"; shift 2 ;;
+        --net-socket) need_arg "$@"; NET_SOCK="$2"; shift 2 ;;
+        --net-server) need_arg "$@"; NET_SERVER="$2"; shift 2 ;;
+        --mac) need_arg "$@"; MAC="$2"; shift 2 ;;
+        --log) need_arg "$@"; CONSOLE_LOG="$2"; shift 2 ;;
+        --name) need_arg "$@"; NAME="$2"; shift 2 ;;
+        --echo) ECHO=1; shift ;;
+        --timeout) need_arg "$@"; TIMEOUT="$2"; shift 2 ;;
+        --mem) need_arg "$@"; MEM="$2"; shift 2 ;;
+        --smp) need_arg "$@"; SMP="$2"; shift 2 ;;
+        --socket-wait) need_arg "$@"; SOCKET_WAIT="$2"; shift 2 ;;
+        --qemu) need_arg "$@"; QEMU="$2"; shift 2 ;;
+        --dry-run) DRY_RUN=1; shift ;;
+        -h|--help) usage 0 ;;
+        --) shift; extra=("$@"); break ;;
+        *) warn "unknown option: $1"; usage ;;
+    esac
+done
+
+# --- check the inputs
+[[ "$NAME" =~ ^[A-Za-z0-9._-]+$ ]] || die "--name must be letters, digits, . _ -"
+[[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
+[ -x "$QEMU" ] || die "no QEMU at $QEMU: run qemu-configs/build-qemu.sh (make qemu) first"
+[ -f "$GUEST_KERNEL" ] || die "no guest kernel at $GUEST_KERNEL (give --kernel PATH or GUEST_KERNEL)"
+[ -z "$GUEST_INITRD" ] || [ -f "$GUEST_INITRD" ] || die "no initrd at $GUEST_INITRD"
+[[ "$CHID" =~ ^(0[xX][0-9a-fA-F]{1,4}|[0-9]{1,5})$ ]] || die "--chid $CHID is not a 16-bit number"
+chid_val=$((CHID))
+{ [ "$chid_val" -gt 0 ] && [ "$chid_val" -lt $((0xFF00)) ]; } \
+    || die "--chid $CHID: an ISM CHID must be nonzero and below 0xFF00"
+CHID="$(printf '0x%04x' "$chid_val")"
+case "$NET_SERVER" in on|off) ;; *) die "--net-server must be on or off" ;; esac
+[ -n "$MAC" ] || { [ "$NET_SERVER" = on ] && MAC=52:54:00:00:00:01 || MAC=52:54:00:00:00:02; }
+[ ${#ism_socks[@]} -le 200 ] || die "too many ISM functions"
+[ -n "$CONSOLE_LOG" ] || CONSOLE_LOG="$BUILD_DIR/logs/$NAME.console.log"
+QEMU_LOG="${CONSOLE_LOG%.console.log}"; QEMU_LOG="${QEMU_LOG%.log}.qemu.log"
+mkdir -p "$(dirname "$CONSOLE_LOG")" "$(dirname "$QEMU_LOG")"
+for s in "${ism_socks[@]}" "$NET_SOCK"; do
+    case "$s" in *'"'*|*\\*|*,*) die "socket path must not contain '\"', '\\' or ',': $s" ;; esac
+done
+
+# --- fill in the template
+declare -A V=(
+    [MEM]="$MEM" [SMP]="$SMP" [GUEST_KERNEL]="$GUEST_KERNEL" [GUEST_APPEND]="$GUEST_APPEND"
+    [GUEST_INITRD]="$GUEST_INITRD" [CONSOLE_LOG]="$CONSOLE_LOG" [CHID]="$CHID"
+    [NET_SOCK]="$NET_SOCK" [MAC]="$MAC" [ISM_UID]="" [ISM_SOCK]=""
+)
+subst() {   # subst LINE -> LINE with ${VAR} replaced from V
+    local line="$1" out="" name
+    while [[ "$line" =~ ^([^$]*)\$\{([A-Z_]+)\}(.*)$ ]]; do
+        name="${BASH_REMATCH[2]}"
+        [ -n "${V[$name]+set}" ] || die "$ARGS_FILE: unknown variable \${$name}"
+        out+="${BASH_REMATCH[1]}${V[$name]}"
+        line="${BASH_REMATCH[3]}"
+    done
+    printf '%s' "$out$line"
+}
+cmd=()
+emit_section() {   # emit_section NAME: append that section's options to cmd
+    local want="$1" cur="" line opt
+    while IFS= read -r line || [ -n "$line" ]; do
+        line="${line%$'\r'}"
+        [[ "$line" =~ ^[[:space:]]*(#|$) ]] && continue
+        if [[ "$line" =~ ^\[([a-z-]+)\]$ ]]; then cur="${BASH_REMATCH[1]}"; continue; fi
+        [ "$cur" = "$want" ] || continue
+        line="$(subst "$line")" || exit 1
+        opt="${line%% *}"
+        cmd+=("$opt")
+        [ "$opt" = "$line" ] || cmd+=("${line#* }")
+    done <"$ARGS_FILE"
+}
+emit_section base
+[ -z "$GUEST_INITRD" ] || emit_section initrd
+if [ "$ECHO" = 1 ]; then emit_section console-stdout; else emit_section console-file; fi
+uid=2
+for s in "${ism_socks[@]}"; do
+    V[ISM_UID]="$uid"; V[ISM_SOCK]="$s"
+    emit_section ism
+    uid=$((uid + 1))
+done
+if [ -n "$NET_SOCK" ]; then
+    emit_section "net-$( [ "$NET_SERVER" = on ] && echo server || echo client )"
+    emit_section net
+fi
+cmd+=(-name "$NAME,process=qemu-$NAME" "${extra[@]}")
+
+if [ "$DRY_RUN" = 1 ]; then
+    printf '%q' "$QEMU"; printf ' \\\n    %q' "${cmd[@]}"; printf '\n'
+    exit 0
+fi
+
+# --- wait for the ISM sockets (ism-emu may be starting at the same time)
+for s in "${ism_socks[@]}"; do
+    for ((i = 0; i < SOCKET_WAIT * 10; i++)); do [ -S "$s" ] && break; sleep 0.1; done
+    [ -S "$s" ] || die "no vfio-user socket at $s after ${SOCKET_WAIT}s: is ism-emu serving it?"
+done
+
+step "starting guest $NAME (timeout ${TIMEOUT}s, ${#ism_socks[@]} ISM function(s)${NET_SOCK:+, NIC server=$NET_SERVER}); console: $CONSOLE_LOG"
+: >"$CONSOLE_LOG"
+start=$SECONDS
+set +e
+# --foreground on a terminal, or QEMU (in timeout's own process group) stops on tty reads
+fg=(); [ -t 0 ] && fg=(--foreground)
+timeout "${fg[@]}" --kill-after=10 "$TIMEOUT" "$QEMU" "${cmd[@]}" 2> >(tee "$QEMU_LOG" >&2)
+rc=$?
+set -e
+wait 2>/dev/null || true   # let tee finish
+
+if [ "$rc" -eq 0 ]; then
+    step "guest $NAME: QEMU exited normally after $((SECONDS - start))s"
+    exit 0
+fi
+if [ "$rc" -eq 124 ]; then
+    warn "guest $NAME: timed out after ${TIMEOUT}s; QEMU killed"
+else
+    warn "guest $NAME: QEMU exited with status $rc after $((SECONDS - start))s"
+fi
+{
+    echo "--- last 30 lines of $CONSOLE_LOG:"
+    tail -n 30 "$CONSOLE_LOG" 2>/dev/null
+    if [ -s "$QEMU_LOG" ]; then echo "--- QEMU messages ($QEMU_LOG):"; tail -n 30 "$QEMU_LOG"; fi
+} >&2
+exit "$rc"
