@@ -191,6 +191,22 @@ impl DmaSpace {
         })
     }
 
+    /// The offset of the first nonzero byte in `[iova, iova + len)`, reading page by page
+    /// and stopping there (the zeroing watcher calls this often on large DMBs).
+    pub fn first_nonzero(&self, iova: u64, len: u64) -> Result<Option<u64>> {
+        let mut page = [0u8; 4096];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(page.len() as u64) as usize;
+            self.read(iova + done, &mut page[..n])?;
+            if let Some(at) = page[..n].iter().position(|&b| b != 0) {
+                return Ok(Some(done + at as u64));
+            }
+            done += n as u64;
+        }
+        Ok(None)
+    }
+
     pub fn fill(&self, iova: u64, len: u64, byte: u8) -> Result<()> {
         let chunk = [byte; 4096];
         self.for_each_segment(iova, len, |slice, _| {
@@ -374,6 +390,18 @@ mod tests {
         let mut space = DmaSpace::new();
         let err = space.map(u64::MAX - 10, PAGE, Some(ram.dup_file()), 0);
         assert!(matches!(err, Err(DmaError::BadRange { .. })));
+    }
+
+    #[test]
+    fn first_nonzero_finds_the_first_dirty_byte_across_pages() {
+        let ram = GuestRam::new(16 * PAGE);
+        let space = space_with_pages(&ram, 0x1_0000_0000, 4);
+        assert_eq!(space.first_nonzero(0x1_0000_0000, 4 * PAGE).unwrap(), None);
+        ram.write(2 * PAGE + 5, &[1]);
+        assert_eq!(
+            space.first_nonzero(0x1_0000_0000, 4 * PAGE).unwrap(),
+            Some(2 * PAGE + 5)
+        );
     }
 
     #[test]

@@ -16,11 +16,11 @@
 //! *before* that first move is applied.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::ObservedEvent;
+use super::{ObservedEvent, ZERO_WATCH_LIMIT};
 use crate::dma::DmaSpace;
 use crate::fabric::Dmb;
 use crate::ism::MoveAddress;
@@ -60,6 +60,8 @@ pub struct DmbSummary {
     pub stale_reuses: u64,
     pub closes: u64,
     pub zeroed_after_close: u64,
+    /// Closes after which the DMB was still not zero when the watch gave up.
+    pub not_zeroed: u64,
     /// Delays between a close and the zeroing seen after it, in milliseconds.
     pub zero_delays_ms: Vec<f64>,
     pub bytes: u64,
@@ -70,7 +72,8 @@ pub struct DmbSummary {
 pub struct DmbLife {
     summary: DmbSummary,
     closed_at: Option<Instant>,
-    zeroed_since_close: bool,
+    /// Zeroing was seen after the close, or the watch gave up.
+    watch_done: bool,
     conn_bytes: u64,
 }
 
@@ -116,12 +119,13 @@ impl Tracker {
                     stale_reuses: 0,
                     closes: 0,
                     zeroed_after_close: 0,
+                    not_zeroed: 0,
                     zero_delays_ms: Vec::new(),
                     bytes: 0,
                     signals: 0,
                 },
                 closed_at: None,
-                zeroed_since_close: false,
+                watch_done: false,
                 conn_bytes: 0,
             },
         );
@@ -198,7 +202,7 @@ impl Tracker {
         s.connections = conn;
         s.state = ConnState::Open;
         life.closed_at = None;
-        life.zeroed_since_close = false;
+        life.watch_done = false;
         life.conn_bytes = 0;
         events.push(ObservedEvent::ConnOpened {
             function: s.function.clone(),
@@ -248,38 +252,44 @@ impl Tracker {
         self.dmbs
             .values()
             .filter(|l| {
-                l.summary.registered
-                    && l.summary.state == ConnState::Closed
-                    && !l.zeroed_since_close
+                l.summary.registered && l.summary.state == ConnState::Closed && !l.watch_done
             })
             .map(|l| l.summary.token)
             .collect()
     }
 
-    /// `read(token)` returns the DMB's current bytes.
-    pub fn poll_zeroing(&mut self, read: impl Fn(u64) -> Option<Vec<u8>>) -> Vec<ObservedEvent> {
+    /// `is_zero(token)` tells whether the DMB is all zero now.
+    pub fn poll_zeroing(&mut self, is_zero: impl Fn(u64) -> Option<bool>) -> Vec<ObservedEvent> {
         let mut events = Vec::new();
         for token in self.awaiting_zero() {
-            let Some(bytes) = read(token) else { continue };
-            if bytes.iter().any(|&b| b != 0) {
-                continue;
-            }
             let Some(life) = self.dmbs.get_mut(&token) else {
                 continue;
             };
-            let delay_ms = life
-                .closed_at
-                .map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
-            life.zeroed_since_close = true;
-            life.summary.zeroed_after_close += 1;
-            life.summary.zero_delays_ms.push(delay_ms);
-            events.push(ObservedEvent::DmbZeroed {
-                function: life.summary.function.clone(),
-                gid: life.summary.gid,
-                token,
-                conn: life.summary.connections,
-                delay_ms,
-            });
+            let waited = life.closed_at.map_or(Duration::ZERO, |t| t.elapsed());
+            let s = &mut life.summary;
+            if is_zero(token) == Some(true) {
+                let delay_ms = waited.as_secs_f64() * 1e3;
+                life.watch_done = true;
+                s.zeroed_after_close += 1;
+                s.zero_delays_ms.push(delay_ms);
+                events.push(ObservedEvent::DmbZeroed {
+                    function: s.function.clone(),
+                    gid: s.gid,
+                    token,
+                    conn: s.connections,
+                    delay_ms,
+                });
+            } else if waited >= ZERO_WATCH_LIMIT {
+                life.watch_done = true;
+                s.not_zeroed += 1;
+                events.push(ObservedEvent::DmbNotZeroed {
+                    function: s.function.clone(),
+                    gid: s.gid,
+                    token,
+                    conn: s.connections,
+                    watched_ms: waited.as_secs_f64() * 1e3,
+                });
+            }
         }
         events
     }

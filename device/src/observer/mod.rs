@@ -91,6 +91,13 @@ pub enum ObservedEvent {
         stale_bytes: u64,
         first_stale_offset: Option<u64>,
     },
+    DmbNotZeroed {
+        function: String,
+        gid: u64,
+        token: u64,
+        conn: u64,
+        watched_ms: f64,
+    },
 }
 
 #[derive(Serialize)]
@@ -210,9 +217,10 @@ impl Observer {
         }
     }
 
-    /// Checks closed connections' DMBs for zeroing. Called periodically by the watcher.
-    pub fn poll_zeroing(&self, read: impl Fn(u64) -> Option<Vec<u8>>) {
-        let events = self.tracker().poll_zeroing(read);
+    /// Checks closed connections' DMBs for zeroing. Called periodically by the watcher;
+    /// `is_zero(token)` tells whether that DMB is all zero now (None: unreadable).
+    pub fn poll_zeroing(&self, is_zero: impl Fn(u64) -> Option<bool>) {
+        let events = self.tracker().poll_zeroing(is_zero);
         for e in events {
             self.emit(e);
         }
@@ -225,3 +233,6 @@ impl Observer {
 
 /// How often the zeroing watcher looks at DMBs whose connection closed.
 pub const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// How long after a close the watcher keeps looking before it reports `dmb_not_zeroed`
+/// (bounds the work a guest that never zeroes can cause).
+pub const ZERO_WATCH_LIMIT: Duration = Duration::from_secs(10);

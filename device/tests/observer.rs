@@ -1,0 +1,153 @@
+//! The host's view of DMB lives, driven by SMC-D-shaped traffic over the real socket:
+//! CDC messages at offset 0 with sf, data moves behind them, the owner zeroing (or not).
+
+mod support;
+
+use std::sync::mpsc::Receiver;
+
+use ism_emu::default_gid;
+use serde_json::Value;
+use support::*;
+
+/// A CDC message as the peer writes it: type 0xFE, connection-state byte at 23.
+fn cdc(conn_state: u8) -> Vec<u8> {
+    let mut m = vec![0u8; 32];
+    m[0] = 0xfe;
+    m[10..14].copy_from_slice(&100u32.to_be_bytes());
+    m[23] = conn_state;
+    m
+}
+const CLOSED: u8 = 0x40;
+
+/// One SMC-D connection's traffic into `dmb`: data, a CDC, then a closing CDC.
+fn connection(peer: &mut Guest, dmb: &Dmb, payload: &[u8]) {
+    peer.move_data(dmb.token, 32, payload, false).unwrap();
+    peer.move_data(dmb.token, 0, &cdc(0), true).unwrap();
+    peer.move_data(dmb.token, 0, &cdc(CLOSED), true).unwrap();
+}
+
+fn kinds(rx: &Receiver<String>) -> Vec<Value> {
+    rx.try_iter()
+        .map(|l| serde_json::from_str(&l).unwrap())
+        .collect()
+}
+
+fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["kind"] == kind).collect()
+}
+
+struct Scene {
+    m: Machine,
+    owner: Guest,
+    peer: Guest,
+    dmb: Dmb,
+    events: Receiver<String>,
+}
+
+fn scene() -> Scene {
+    let m = Machine::start(2);
+    let events = m.fabric.observer().follow();
+    let mut owner = m.guest(0);
+    let peer = m.guest(1);
+    let dmb = owner.reg_dmb(16384, default_gid(CHID, 1));
+    Scene {
+        m,
+        owner,
+        peer,
+        dmb,
+        events,
+    }
+}
+
+#[test]
+fn registration_and_connection_events_carry_token_and_gids() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"hello");
+    let ev = kinds(&s.events);
+    let reg = of_kind(&ev, "dmb_registered");
+    assert_eq!(reg.len(), 1);
+    assert_eq!(reg[0]["token"], format!("{:#x}", s.dmb.token));
+    assert_eq!(reg[0]["rgid"], format!("{:#x}", default_gid(CHID, 1)));
+    assert_eq!(of_kind(&ev, "conn_opened").len(), 1);
+    let closed = of_kind(&ev, "conn_closed");
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0]["bytes"], 5);
+}
+
+#[test]
+fn zeroing_after_close_is_reported_then_reuse_is_clean() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"first connection");
+    s.m.fabric.poll_zeroing();
+    assert!(
+        of_kind(&kinds(&s.events), "dmb_zeroed").is_empty(),
+        "not zero yet"
+    );
+    // The owner's kernel releases the connection: zeroes the whole DMB.
+    s.owner.ram.write(s.dmb.ram_offset, &vec![0u8; 16384]);
+    s.m.fabric.poll_zeroing();
+    connection(&mut s.peer, &s.dmb, b"second");
+    let ev = kinds(&s.events);
+    assert_eq!(of_kind(&ev, "dmb_zeroed").len(), 1);
+    let reuse = of_kind(&ev, "dmb_reused");
+    assert_eq!(reuse.len(), 1);
+    assert_eq!(reuse[0]["clean"], true);
+    assert_eq!(reuse[0]["conn"], 2);
+}
+
+#[test]
+fn reuse_without_zeroing_is_stale_with_count_and_first_offset() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"secret");
+    s.m.fabric.poll_zeroing();
+    connection(&mut s.peer, &s.dmb, b"next");
+    let ev = kinds(&s.events);
+    let reuse = of_kind(&ev, "dmb_reused");
+    assert_eq!(reuse.len(), 1);
+    assert_eq!(reuse[0]["clean"], false);
+    assert_eq!(reuse[0]["first_stale_offset"], 0, "the old CDC header");
+    // 2 nonzero CDC bytes (type, cursor) + flags byte + 6 payload bytes.
+    assert_eq!(reuse[0]["stale_bytes"], 3 + 6);
+    let summary = &s.m.fabric.observer().summaries()[0];
+    assert_eq!(
+        (summary.reuses, summary.stale_reuses, summary.clean_reuses),
+        (1, 1, 0)
+    );
+}
+
+#[test]
+fn zeroing_at_handout_is_a_clean_reuse_without_zeroing_at_release() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"old");
+    s.m.fabric.poll_zeroing();
+    // Pre-5.17 kernels zero when the next connection takes the buffer: just before
+    // the peer's first write, with no watcher tick in between.
+    s.owner.ram.write(s.dmb.ram_offset, &vec![0u8; 16384]);
+    connection(&mut s.peer, &s.dmb, b"new");
+    let summary = &s.m.fabric.observer().summaries()[0];
+    assert_eq!(summary.clean_reuses, 1);
+    assert_eq!(summary.zeroed_after_close, 0);
+}
+
+#[test]
+fn repeated_closing_cdc_does_not_start_a_connection() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"x");
+    s.peer
+        .move_data(s.dmb.token, 0, &cdc(CLOSED | 0x80), true)
+        .unwrap();
+    assert_eq!(s.m.fabric.observer().summaries()[0].connections, 1);
+}
+
+#[test]
+fn unregistration_reports_the_connections_the_dmb_carried() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"x");
+    s.owner.ram.write(s.dmb.ram_offset, &vec![0u8; 16384]);
+    connection(&mut s.peer, &s.dmb, b"y");
+    assert!(s.owner.unreg_dmb(s.dmb.token).ok());
+    let ev = kinds(&s.events);
+    let unreg = of_kind(&ev, "dmb_unregistered");
+    assert_eq!(unreg.len(), 1);
+    assert_eq!(unreg[0]["connections"], 2);
+}
