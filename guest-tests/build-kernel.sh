@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Build the s390x guest kernel that carries the SMC-D stack (ISM, SMC, SMC_DIAG).
+#
+#   KERNEL=6.12|7.2  kernel line (default 6.12): Debian's linux-source-X.Y package
+#   VARIANT=stock|prezero|nozero
+#                    stock = the unmodified tree; the others apply
+#                    guest-tests/kernel/patches/<variant>/*.patch (negative controls)
+#
+# The tree is Debian's linux-source-X.Y (architecture all; the kernel tree as a tarball),
+# cross-compiled with bookworm's gcc-s390x-linux-gnu from `make allnoconfig` plus the
+# fragments guest-tests/kernel/ism.config and ism-<major>.x.config.
+#
+# Output: $BUILD_DIR/kernel-$KERNEL[-$VARIANT]/ (a symlink into the cache) with bzImage,
+# System.map, .config and lib/modules/<release>/. The result is cached in
+# $CACHE_DIR/kernel/<version>-<variant>-<hash of all inputs>/; a warm run only publishes it.
+#
+# The unpacked tree and the object directory live in $CACHE_DIR/kernel/work/<version>/
+# (shared by the variants of one line: switching variant reverts/applies the patches in
+# place, so only the patched files are recompiled). They are never part of a result.
+source "$(dirname "$0")/../scripts/lib.sh"
+
+KERNEL="${KERNEL:-6.12}"
+VARIANT="${VARIANT:-stock}"
+
+# ---- The one place that names the source package of each kernel line. ----------------
+# SUITE  Debian suite that carries the package; PKG  binary package; PKGVER  exact version.
+case "$KERNEL" in
+    6.12) SUITE=trixie; PKG=linux-source-6.12; PKGVER=6.12.117-1 ;;
+    7.2)  SUITE=sid;    PKG=linux-source-7.2;  PKGVER=7.2.13-1 ;;
+    *) die "KERNEL=$KERNEL is not a supported kernel line (known: 6.12, 7.2)" ;;
+esac
+# ---------------------------------------------------------------------------------------
+
+case "$VARIANT" in
+    stock|prezero|nozero) ;;
+    *) die "VARIANT=$VARIANT is unknown (stock, prezero or nozero)" ;;
+esac
+
+KDIR="$REPO_ROOT/guest-tests/kernel"
+FRAGMENTS=("$KDIR/ism.config")
+[ -f "$KDIR/ism-${KERNEL%%.*}.x.config" ] && FRAGMENTS+=("$KDIR/ism-${KERNEL%%.*}.x.config")
+[ -f "$KDIR/ism-$KERNEL.config" ] && FRAGMENTS+=("$KDIR/ism-$KERNEL.config")
+
+PATCHDIR="$KDIR/patches/$VARIANT"
+PATCHES=()
+if [ "$VARIANT" != stock ]; then
+    [ -d "$PATCHDIR" ] || die "no patches for VARIANT=$VARIANT ($PATCHDIR missing)"
+    # Patches for a line live in patches/<variant>/<line>/ when present, else patches/<variant>/.
+    [ -d "$PATCHDIR/$KERNEL" ] && PATCHDIR="$PATCHDIR/$KERNEL"
+    mapfile -t PATCHES < <(find "$PATCHDIR" -maxdepth 1 -name '*.patch' | LC_ALL=C sort)
+    [ ${#PATCHES[@]} -gt 0 ] || die "no *.patch files in $PATCHDIR"
+fi
+
+export ARCH=s390 CROSS_COMPILE=s390x-linux-gnu-
+# Reproducible-ish build identity (no host name in the image).
+export KBUILD_BUILD_USER=ism-emu KBUILD_BUILD_HOST=ism-emu
+# The variant shows in `uname -r` (e.g. 6.12.117-prezero); stock has no suffix.
+LOCALVERSION=""
+[ "$VARIANT" != stock ] && LOCALVERSION="-$VARIANT"
+
+need_host_packages gcc-s390x-linux-gnu binutils-s390x-linux-gnu make bc bison flex \
+    libssl-dev libelf-dev kmod cpio xz-utils zstd perl python3 dpkg-dev patch
+
+GCCVER="$(${CROSS_COMPILE}gcc --version | head -n1)"
+HASH="$(input_hash "$PKG=$PKGVER" "$GCCVER" "$VARIANT" "${FRAGMENTS[@]}" "${PATCHES[@]}" \
+    "$REPO_ROOT/guest-tests/build-kernel.sh")"
+RESULT="$CACHE_DIR/kernel/$PKGVER-$VARIANT-$HASH"
+OUT="$BUILD_DIR/kernel-$KERNEL"
+[ "$VARIANT" != stock ] && OUT="$OUT-$VARIANT"
+
+publish() {
+    mkdir -p "$BUILD_DIR"
+    if [ -e "$OUT" ] && [ ! -L "$OUT" ]; then rm -rf "$OUT"; fi
+    ln -sfn "$RESULT" "$OUT.new" && mv -T "$OUT.new" "$OUT"
+    step "kernel $KERNEL ($VARIANT, $(cat "$RESULT/kernel.release")): $OUT"
+}
+
+if [ -f "$RESULT/bzImage" ]; then
+    step "kernel $KERNEL ($VARIANT) is cached ($RESULT)"
+    publish
+    exit 0
+fi
+
+WORK="$CACHE_DIR/kernel/work/$PKGVER"
+mkdir -p "$WORK"
+# One build per line at a time: the variants share the tree and the object directory.
+exec 9>"$WORK/lock"
+flock -w 3600 9 || die "timed out waiting for another build of $PKGVER ($WORK/lock)"
+
+# ---- fetch and unpack the source package ----------------------------------------------
+DEB="$WORK/${PKG}_${PKGVER}_all.deb"
+if [ ! -f "$DEB" ]; then
+    step "downloading $PKG $PKGVER (Debian $SUITE)"
+    if [ "$SUITE" = sid ]; then
+        # sid's Release file is only valid for a week; a mirror (or a frozen snapshot)
+        # that lags behind still serves consistent, signed files.
+        mkdir -p "$(papt_dir sid amd64)/etc/apt.conf.d"
+        echo 'Acquire::Check-Valid-Until "false";' >"$(papt_dir sid amd64)/etc/apt.conf.d/50valid-until"
+    fi
+    (cd "$WORK" && papt "$SUITE" amd64 -qq download "$PKG=$PKGVER" >&2) || {
+        have="$(APT_CONFIG="$(papt_dir "$SUITE" amd64)/apt.conf" apt-cache madison "$PKG" 2>/dev/null | awk '{print $3}' | xargs)"
+        die "Debian $SUITE no longer offers $PKG=$PKGVER (it has: ${have:-nothing}). Update PKGVER for KERNEL=$KERNEL in guest-tests/build-kernel.sh."
+    }
+    [ -f "$DEB" ] || die "download of $PKG=$PKGVER did not produce $DEB"
+fi
+
+SRC="$WORK/src"
+OBJ="$WORK/obj"
+fresh_tree() {
+    step "unpacking $PKG $PKGVER"
+    rm -rf "$SRC" "$OBJ" "$WORK/deb" "$WORK/applied"
+    mkdir -p "$WORK/deb" "$SRC"
+    dpkg-deb -x "$DEB" "$WORK/deb"
+    local tarball
+    tarball="$(find "$WORK/deb/usr/src" -maxdepth 1 -name "$PKG.tar.*" | head -n1)"
+    [ -n "$tarball" ] || die "$DEB contains no /usr/src/$PKG.tar.*"
+    # --touch: files get the current time, so nothing stale can look up to date.
+    tar -C "$SRC" --strip-components=1 --touch -xaf "$tarball"
+    rm -rf "$WORK/deb"
+    : >"$WORK/applied"
+}
+[ -f "$SRC/Makefile" ] && [ -f "$WORK/applied" ] || fresh_tree
+
+# ---- bring the tree to the wanted variant ---------------------------------------------
+# $WORK/applied names the variant whose patches are in the tree (empty = pristine); the
+# applied patches are kept in $WORK/applied.d so they can be reverted exactly.
+current="$(cat "$WORK/applied")"
+want=""; [ "$VARIANT" != stock ] && want="$VARIANT:$(input_hash "${PATCHES[@]}")"
+if [ "$current" != "$want" ]; then
+    if [ -n "$current" ]; then
+        step "reverting patches of ${current%%:*}"
+        ok=1
+        for p in $(find "$WORK/applied.d" -name '*.patch' | LC_ALL=C sort -r); do
+            patch -d "$SRC" -p1 -R -s -N <"$p" >&2 || { ok=0; break; }
+        done
+        [ $ok = 1 ] || { warn "could not revert the patches; unpacking afresh"; fresh_tree; }
+        : >"$WORK/applied"; rm -rf "$WORK/applied.d"
+    fi
+    if [ -n "$want" ]; then
+        step "applying $VARIANT patches"
+        mkdir -p "$WORK/applied.d"
+        echo "$want" >"$WORK/applied"   # marked first: an interrupted apply is reverted or redone
+        for p in "${PATCHES[@]}"; do
+            cp "$p" "$WORK/applied.d/"
+            # (on failure the tree stays marked as $want: the next run reverts or unpacks afresh)
+            patch -d "$SRC" -p1 -s -N -F0 --dry-run <"$p" >&2 || die "patch $(basename "$p") does not apply to $PKG $PKGVER"
+            patch -d "$SRC" -p1 -s -N -F0 <"$p" >&2 || die "patch $(basename "$p") failed"
+        done
+    fi
+fi
+
+# ---- configure -------------------------------------------------------------------------
+KMAKE=(nice make -C "$SRC" O="$OBJ" -j2 LOCALVERSION="$LOCALVERSION")
+mkdir -p "$OBJ"
+step "configuring: allnoconfig + ${FRAGMENTS[*]##*/}"
+"${KMAKE[@]}" -s allnoconfig >&2
+(cd "$OBJ" && "$SRC/scripts/kconfig/merge_config.sh" -m -O "$OBJ" "$OBJ/.config" "${FRAGMENTS[@]}" >/dev/null) \
+    || die "merge_config.sh failed"
+"${KMAKE[@]}" -s olddefconfig >&2
+
+# Every option of every fragment must have landed with the requested value.
+bad=()
+while IFS= read -r line; do
+    if [[ "$line" =~ ^(CONFIG_[A-Za-z0-9_]+)=(.*)$ ]]; then
+        sym="${BASH_REMATCH[1]}"; val="${BASH_REMATCH[2]}"
+        if [ "$val" = n ]; then
+            grep -q "^$sym=" "$OBJ/.config" && bad+=("$sym: wanted n, got $(grep "^$sym=" "$OBJ/.config" | cut -d= -f2-)")
+        else
+            got="$(grep "^$sym=" "$OBJ/.config" | cut -d= -f2- || true)"
+            [ "$got" = "$val" ] || bad+=("$sym: wanted $val, got ${got:-not set}")
+        fi
+    elif [[ "$line" =~ ^#\ (CONFIG_[A-Za-z0-9_]+)\ is\ not\ set ]]; then
+        sym="${BASH_REMATCH[1]}"
+        grep -q "^$sym=" "$OBJ/.config" && bad+=("$sym: wanted not set, got $(grep "^$sym=" "$OBJ/.config" | cut -d= -f2-)")
+    fi
+done < <(cat "${FRAGMENTS[@]}")
+if [ ${#bad[@]} -gt 0 ]; then
+    printf '  %s\n' "${bad[@]}" >&2
+    die "${#bad[@]} option(s) of the config fragments did not land (see above; missing dependencies or renamed symbols in $PKG $PKGVER?)"
+fi
+step "config verified: every fragment option has its requested value"
+
+# ---- build and collect -----------------------------------------------------------------
+step "building $PKG $PKGVER ($VARIANT) with nice make -j2 (cold: several minutes)"
+t0=$SECONDS
+"${KMAKE[@]}" -s bzImage modules >&2 || die "kernel build failed"
+step "compiled in $((SECONDS - t0)) s"
+
+TMP="$RESULT.tmp"
+rm -rf "$TMP"; mkdir -p "$TMP"
+cp "$OBJ/arch/s390/boot/bzImage" "$OBJ/System.map" "$OBJ/.config" "$TMP/"
+"${KMAKE[@]}" -s modules_install INSTALL_MOD_PATH="$TMP" INSTALL_MOD_STRIP=1 DEPMOD=/sbin/depmod >&2
+"${KMAKE[@]}" -s kernelrelease >"$TMP/kernel.release"
+rm -f "$TMP"/lib/modules/*/build "$TMP"/lib/modules/*/source
+printf 'KERNEL=%s\nVARIANT=%s\nPKG=%s\nPKGVER=%s\nRELEASE=%s\n' \
+    "$KERNEL" "$VARIANT" "$PKG" "$PKGVER" "$(cat "$TMP/kernel.release")" >"$TMP/build-info"
+rm -rf "$RESULT"; mv -T "$TMP" "$RESULT"
+publish
