@@ -59,7 +59,7 @@ LOCALVERSION=""
 [ "$VARIANT" != stock ] && LOCALVERSION="-$VARIANT"
 
 need_host_packages gcc-s390x-linux-gnu binutils-s390x-linux-gnu make bc bison flex \
-    libssl-dev libelf-dev kmod cpio xz-utils zstd perl python3 dpkg-dev patch
+    libssl-dev libelf-dev kmod cpio xz-utils zstd perl patch
 
 GCCVER="$(${CROSS_COMPILE}gcc --version | head -n1)"
 HASH="$(input_hash "$PKG=$PKGVER" "$GCCVER" "$VARIANT" "${FRAGMENTS[@]}" "${PATCHES[@]}" \
@@ -181,7 +181,7 @@ fi
 step "config verified: every fragment option has its requested value"
 
 # ---- build and collect -----------------------------------------------------------------
-step "building $PKG $PKGVER ($VARIANT) with nice make -j2 (cold: several minutes)"
+step "building $PKG $PKGVER ($VARIANT): nice make -j2 (a cold build takes several minutes)"
 t0=$SECONDS
 "${KMAKE[@]}" -s bzImage modules >&2 || die "kernel build failed"
 step "compiled in $((SECONDS - t0)) s"
