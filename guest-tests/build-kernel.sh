@@ -98,7 +98,7 @@ if [ ! -f "$DEB" ]; then
         echo 'Acquire::Check-Valid-Until "false";' >"$(papt_dir sid amd64)/etc/apt.conf.d/50valid-until"
     fi
     (cd "$WORK" && papt "$SUITE" amd64 -qq download "$PKG=$PKGVER" >&2) || {
-        have="$(APT_CONFIG="$(papt_dir "$SUITE" amd64)/apt.conf" apt-cache madison "$PKG" 2>/dev/null | awk '{print $3}' | xargs)"
+        have="$(APT_CONFIG="$(papt_dir "$SUITE" amd64)/apt.conf" apt-cache madison "$PKG" 2>/dev/null | awk '/Packages$/ {print $3}' | sort -uV | xargs)"
         die "Debian $SUITE no longer offers $PKG=$PKGVER (it has: ${have:-nothing}). Update PKGVER for KERNEL=$KERNEL in guest-tests/build-kernel.sh."
     }
     [ -f "$DEB" ] || die "download of $PKG=$PKGVER did not produce $DEB"
