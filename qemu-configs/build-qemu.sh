@@ -51,6 +51,8 @@ verify_install() {
         || { warn "$bin: memory-backend-memfd missing"; return 1; }
     "$bin" -M none -netdev help 2>&1 | grep -q '^stream$' \
         || { warn "$bin: -netdev stream missing"; return 1; }
+    # s390-ccw-virtio always loads its IPL firmware, even with -kernel
+    [ -s "$1/share/qemu/s390-ccw.img" ] || { warn "$1: s390-ccw.img missing"; return 1; }
 }
 
 publish() {
@@ -59,6 +61,15 @@ publish() {
     mv -T "$BUILD_DIR/.qemu.new" "$BUILD_DIR/qemu"
     step "QEMU ready: $BUILD_DIR/qemu/bin/qemu-system-s390x -> $QEMU_BIN"
 }
+
+# One build at a time per cache (other checkouts may run this concurrently); a second
+# run waits here and then finds the first one's result.
+mkdir -p "$CACHE_DIR/qemu"
+exec 9>"$CACHE_DIR/qemu/.lock"
+if ! flock -n 9; then
+    step "another QEMU build holds $CACHE_DIR/qemu/.lock; waiting (up to 30 min)"
+    flock -w 1800 9 || die "timed out waiting for $CACHE_DIR/qemu/.lock"
+fi
 
 if [ -d "$OUT" ]; then
     step "checking cached QEMU $QEMU_DEB_VERSION ($key)"
@@ -73,7 +84,7 @@ fi
 step "building QEMU $QEMU_DEB_VERSION with $(ls "$PATCH_DIR"/*.patch | wc -l) patches (cache key $key)"
 need_host_packages build-essential dpkg-dev xz-utils patch ninja-build pkg-config \
     libglib2.0-dev libpixman-1-dev libslirp-dev libfdt-dev device-tree-compiler \
-    python3 python3-venv flex bison
+    python3 python3-venv flex bison gcc-s390x-linux-gnu
 
 # --- meson from PyPI, in a venv inside the cache (the host's apt sources stay as they are)
 VENV="$CACHE_DIR/qemu/tools/meson-$MESON_VERSION"
@@ -125,12 +136,15 @@ for p in "$PATCH_DIR"/*.patch; do
     patch -d "$WORK/src" -p1 --quiet --forward --no-backup-if-mismatch <"$p" >&2 || die "patch $p does not apply"
 done
 
+# The s390x cross compiler builds pc-bios/s390-ccw (the machine's IPL firmware, which
+# the +ds source does not ship prebuilt); configure skips it silently without one.
 step "configuring (s390x-softmmu, minimal)"
 mkdir -p "$WORK/src/build"
 (cd "$WORK/src/build" && PATH="$VENV/bin:$PATH" ../configure \
     --prefix="$OUT" \
     --python="$MESON_PY" \
     --target-list=s390x-softmmu \
+    --cross-prefix-s390x=s390x-linux-gnu- \
     --without-default-features \
     --disable-download \
     --enable-tcg \
@@ -151,9 +165,15 @@ nice -n 10 make -C "$WORK/src/build" -j"$JOBS" >"$WORK/build.log" 2>&1 \
 step "installing into the cache"
 make -C "$WORK/src/build" install DESTDIR="$WORK/dest" >>"$WORK/build.log" 2>&1 \
     || { tail -n 40 "$WORK/build.log" >&2; die "QEMU install failed (full log: $WORK/build.log)"; }
+# --disable-install-blobs keeps the prebuilt-blob list out; install the one firmware
+# image this machine needs, built from source above.
+[ -s "$WORK/src/build/pc-bios/s390-ccw/s390-ccw.img" ] \
+    || die "s390-ccw.img was not built (is s390x-linux-gnu-gcc usable? see $WORK/configure.log)"
+install -D -m 0644 "$WORK/src/build/pc-bios/s390-ccw/s390-ccw.img" "$WORK/dest$OUT/share/qemu/s390-ccw.img"
 printf '%s\n' "$key" >"$WORK/dest$OUT/.ism-emu-key"
 ls "$PATCH_DIR"/*.patch | xargs -n1 basename >"$WORK/dest$OUT/.ism-emu-patches"
 mv -T "$WORK/dest$OUT" "$OUT"
-rm -rf "$WORK"
 verify_install "$OUT" || die "freshly built QEMU in $OUT failed verification"
 publish
+step "removing the build tree $WORK"
+rm -rf "$WORK"

@@ -7,10 +7,10 @@
 # Usage: qemu-configs/run-guest.sh [options] [-- extra QEMU arguments]
 #   -k, --kernel PATH     guest kernel          (GUEST_KERNEL; default $BUILD_DIR/kernel-$KERNEL/bzImage)
 #   -i, --initrd PATH     initramfs, optional   (GUEST_INITRD)
-#   -a, --append STRING   kernel command line   (GUEST_APPEND; default "console=ttysclp0 panic=-1")
+#   -a, --append STRING   kernel command line   (GUEST_APPEND; default "console=ttysclp0")
 #   --ism SOCKET          add an ISM function served at this vfio-user socket; repeat for
 #                         more (ISM_SOCKS, space-separated). The n-th gets uid=fid=n+1
-#                         (2, 3, ...), QEMU id ism<uid>; the guest sees PCI 000<uid>:00:00.0
+#                         (2, 3, ...), QEMU id ism<uid>; the guest sees PCI domain <uid> (hex), e.g. 0002:00:00.0
 #   --chid HEX            CHID reported for every ISM function (CHID; default 0x1234;
 #                         nonzero, not 0xFF00-0xFFFF; equal on both SMC-Dv2 peers)
 #   --net-socket PATH     add a virtio-net NIC (zpci uid/fid 1) on a unix stream socket (NET_SOCK)
@@ -42,7 +42,7 @@ ARGS_FILE="$REPO_ROOT/qemu-configs/guest.args"
 QEMU="${QEMU:-$BUILD_DIR/qemu/bin/qemu-system-s390x}"
 GUEST_KERNEL="${GUEST_KERNEL:-$BUILD_DIR/kernel-${KERNEL:-6.12}/bzImage}"
 GUEST_INITRD="${GUEST_INITRD:-}"
-GUEST_APPEND="${GUEST_APPEND:-console=ttysclp0 panic=-1}"
+GUEST_APPEND="${GUEST_APPEND:-console=ttysclp0}"
 read -r -a ism_socks <<<"${ISM_SOCKS:-}"
 CHID="${CHID:-0x1234}"
 NET_SOCK="${NET_SOCK:-}"
@@ -153,7 +153,17 @@ fi
 cmd+=(-name "$NAME,process=qemu-$NAME" "${extra[@]}")
 
 if [ "$DRY_RUN" = 1 ]; then
-    printf '%q' "$QEMU"; printf ' \\\n    %q' "${cmd[@]}"; printf '\n'
+    shq() { if [[ "$1" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then printf '%s' "$1"; else printf "'%s'" "${1//\'/\'\\\'\'}"; fi; }
+    shq "$QEMU"
+    for ((i = 0; i < ${#cmd[@]}; i++)); do
+        a="${cmd[i]}"
+        if [[ "$a" == -* ]] && [ $((i + 1)) -lt ${#cmd[@]} ] && [[ "${cmd[i+1]}" != -* ]]; then
+            printf ' \\\n    %s %s' "$a" "$(shq "${cmd[i+1]}")"; i=$((i + 1))
+        else
+            printf ' \\\n    %s' "$(shq "$a")"
+        fi
+    done
+    printf '\n'
     exit 0
 fi
 
