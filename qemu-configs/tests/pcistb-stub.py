@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Minimal vfio-user "ISM" stub for testing the QEMU patches, not the device.
+
+Serves ONE client on a unix socket, exposes 1014:04ED with BAR 0 (1 MiB), BAR 2 (4 KiB
+command area), BAR 4 (MSI-X table), plain MSI and MSI-X, and logs every BAR region
+write as
+
+    WRITE r<region> off=0x<offset> len=<n> post=<True|False> data=<hex bytes>
+
+so a test can check that each PCISTB arrived as ONE write with the guest's bytes.
+ISM commands (8-byte header store at BAR 2 offset 0) are answered with ret 0 and the
+response length the Linux driver expects. Rejected with EINVAL (an error reply):
+  - any BAR 0 write at offset 0x800 (to test the guest-visible condition code);
+  - with --reject-cmd N: the header store of command N (response ret 0xFFFF).
+Exits when the client disconnects.
+
+Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N]
+"""
+import argparse, array, json, os, socket, struct
+
+ap = argparse.ArgumentParser()
+ap.add_argument("socket")
+ap.add_argument("log")
+ap.add_argument("--reject-cmd", type=lambda s: int(s, 0), default=None)
+args = ap.parse_args()
+logf = open(args.log, "a", buffering=1)
+
+
+def log(*a):
+    print(*a, file=logf)
+
+
+HDR = struct.Struct("<HHIII")   # id, command, size, flags, error
+REPLY, NO_REPLY, ERROR = 0x1, 0x10, 0x20
+EINVAL, EOPNOTSUPP = 22, 95
+BAR_SIZES = {0: 1 << 20, 2: 4096, 4: 4096}
+CONFIG_REGION = 7
+REJECT_BAR0_OFFSET = 0x800
+# response lengths of the ISM commands that have a payload (others: 8)
+RESP_LEN = {0x03: 16, 0x08: 200, 0x0A: 16}
+
+cfg = bytearray(256)
+struct.pack_into("<HH", cfg, 0, 0x1014, 0x04ED)
+struct.pack_into("<H", cfg, 6, 0x10)                  # status: capability list
+cfg[9:12] = bytes([0x00, 0x80, 0x02])                 # class: network, other
+for bar in BAR_SIZES:
+    struct.pack_into("<I", cfg, 0x10 + 4 * bar, 0x4)  # 64-bit memory BAR
+cfg[0x34] = 0x40
+cfg[0x40:0x42] = bytes([0x05, 0x50])                  # MSI, next 0x50
+struct.pack_into("<H", cfg, 0x42, 0x80)               # 64-bit, 1 vector
+cfg[0x50:0x52] = bytes([0x11, 0x00])                  # MSI-X, last
+struct.pack_into("<HII", cfg, 0x52, 0, 4, 0x800 | 4)  # 1 entry; table BAR4+0, PBA BAR4+0x800
+cmdbuf = bytearray(4096)
+
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    os.unlink(args.socket)
+except FileNotFoundError:
+    pass
+srv.bind(args.socket)
+srv.listen(1)
+conn, _ = srv.accept()
+log("client connected")
+
+
+def recv_exact(n):
+    buf = b""
+    while len(buf) < n:
+        data, anc, _, _ = conn.recvmsg(n - len(buf), socket.CMSG_SPACE(16 * 4))
+        for lvl, typ, d in anc:                       # DMA_MAP fds: not needed here
+            if lvl == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(d[: len(d) - len(d) % 4])
+                for fd in fds:
+                    os.close(fd)
+        if not data:
+            raise EOFError
+        buf += data
+    return buf
+
+
+def reply(mid, cmd, body=b"", err=0):
+    flags = REPLY | (ERROR if err else 0)
+    conn.sendall(HDR.pack(mid, cmd, HDR.size + len(body), flags, err) + body)
+
+
+def region_write(reg, off, data):
+    """Returns 0 or an errno for the reply."""
+    if reg == CONFIG_REGION:
+        if not (0x10 <= off < 0x28 or 0x30 <= off < 0x34):   # BARs/ROM: QEMU emulates them
+            cfg[off:off + len(data)] = data
+        return 0
+    log(f"WRITE r{reg} off=0x{off:x} len={len(data)} post={posted} data={data.hex()}")
+    if reg == 0 and off == REJECT_BAR0_OFFSET:
+        log("  REJECTED (BAR 0 offset 0x800)")
+        return EINVAL
+    if reg != 2:
+        return 0
+    cmdbuf[off:off + len(data)] = data
+    if off == 0 and len(data) == 8:                   # request header: execute
+        code, _, length = struct.unpack(">IHH", data)
+        if code == args.reject_cmd:
+            struct.pack_into(">IHH", cmdbuf, 0, code, 0xFFFF, 8)
+            log(f"  CMD 0x{code:x} REJECTED")
+            return EINVAL
+        rlen = RESP_LEN.get(code, 8)
+        cmdbuf[0:rlen] = bytes(rlen)
+        struct.pack_into(">IHH", cmdbuf, 0, code, 0, rlen)
+        if code == 0x03:
+            struct.pack_into(">Q", cmdbuf, 8, 0x1122334455667788)   # READ_GID
+        log(f"  CMD 0x{code:x} len={length} -> ret 0, response {rlen} bytes")
+    return 0
+
+
+while True:
+    try:
+        mid, cmd, size, flags, _ = HDR.unpack(recv_exact(HDR.size))
+        body = recv_exact(size - HDR.size) if size > HDR.size else b""
+    except (EOFError, ConnectionResetError):
+        log("client gone")
+        break
+    posted = bool(flags & NO_REPLY)
+    if cmd == 1:                                      # VERSION
+        caps = json.dumps({"capabilities": {"max_msg_fds": 8,
+                                            "max_data_xfer_size": 1 << 20}}).encode()
+        reply(mid, cmd, struct.pack("<HH", 0, 0) + caps + b"\0")
+    elif cmd == 4:                                    # DEVICE_GET_INFO: PCI|RESET, 9 regions, 5 irqs
+        reply(mid, cmd, struct.pack("<IIII", 16, 3, 9, 5))
+    elif cmd == 5:                                    # DEVICE_GET_REGION_INFO
+        _, _, idx = struct.unpack_from("<III", body)
+        size_, fl = (BAR_SIZES[idx], 3) if idx in BAR_SIZES else \
+            ((256, 3) if idx == CONFIG_REGION else (0, 0))
+        reply(mid, cmd, struct.pack("<IIIIQQ", 32, fl, idx, 0, size_, 0))
+    elif cmd == 7:                                    # DEVICE_GET_IRQ_INFO: INTx, MSI, MSI-X
+        _, _, idx, _ = struct.unpack_from("<IIII", body)
+        reply(mid, cmd, struct.pack("<IIII", 16, 1 | (8 if idx else 0), idx,
+                                    1 if idx <= 2 else 0))
+    elif cmd == 3:                                    # DMA_UNMAP
+        reply(mid, cmd, body)
+    elif cmd in (2, 8, 13):                           # DMA_MAP, SET_IRQS, RESET
+        if not posted:
+            reply(mid, cmd)
+    elif cmd == 9:                                    # REGION_READ
+        off, reg, cnt = struct.unpack_from("<QII", body)
+        src = cfg if reg == CONFIG_REGION else cmdbuf if reg == 2 else b""
+        data = bytes(src[off:off + cnt]).ljust(cnt, b"\0")
+        reply(mid, cmd, struct.pack("<QII", off, reg, cnt) + data)
+    elif cmd == 10:                                   # REGION_WRITE
+        off, reg, cnt = struct.unpack_from("<QII", body)
+        err = region_write(reg, off, body[16:16 + cnt])
+        if not posted:
+            if err:
+                reply(mid, cmd, err=err)
+            else:
+                reply(mid, cmd, struct.pack("<QII", off, reg, cnt))
+    else:
+        log(f"unsupported command {cmd}")
+        if not posted:
+            reply(mid, cmd, err=EOPNOTSUPP)
