@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Smoke test of the QEMU patch series without the real emulator: one guest with one ISM
-# function served by pcistb-stub.py (logs every BAR write), a tiny initramfs that
-#   1. prints the function's zPCI identity (pchid, pft) from sysfs,
+# Smoke test of the QEMU patch series without the real emulator: one guest with
+#   - an ISM function (zpci ism=on, 0002:00:00.0) served by pcistb-stub.py, which logs
+#     every BAR write, and
+#   - as a control, the same kind of vfio-user function WITHOUT ism=on (0003:00:00.0,
+#     device id 0x04ee so the ism driver leaves it alone): it must keep stock behaviour,
+# and a tiny initramfs that
+#   1. prints the functions' zPCI identity (pchid, pft) from sysfs,
 #   2. loads stbtest.ko, which issues PCISTBs of odd shapes and prints their results,
 #   3. loads the unmodified ism driver, whose probe stores commands with PCISTB,
-# and checks what the guest saw and what the stub received.
+# and checks what the guest saw and what the stubs received.
 #
 # Usage: qemu-configs/tests/pcistb-smoke.sh
 # Needs: make qemu; make kernel (KERNEL=6.12 by default) and its kernel build tree for
@@ -36,7 +40,8 @@ need_host_packages gcc-s390x-linux-gnu make cpio gzip python3 xz-utils zstd
 
 WORK="$(mktemp -d /tmp/pcistb-smoke.XXXXXX)"
 stub_pid=""
-cleanup() { [ -z "$stub_pid" ] || kill "$stub_pid" 2>/dev/null || true; rm -rf "$WORK"; }
+# shellcheck disable=SC2086
+cleanup() { [ -z "$stub_pid" ] || kill $stub_pid 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
 step "building stbtest.ko against $KBUILD_DIR"
@@ -77,11 +82,20 @@ chmod +x "$WORK/ir/init"
 step "starting the stub and the guest"
 python3 "$HERE/pcistb-stub.py" "$WORK/ism.sock" "$WORK/stub.log" &
 stub_pid=$!
+python3 "$HERE/pcistb-stub.py" "$WORK/plain.sock" "$WORK/plain.log" --device-id 0x04ee &
+stub_pid="$stub_pid $!"
+for s in ism plain; do
+    for ((i = 0; i < 50; i++)); do [ -S "$WORK/$s.sock" ] && break; sleep 0.1; done
+done
 rc=0
 QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-smoke -k "$KOUT/bzImage" \
     -i "$WORK/initrd.cpio.gz" --ism "$WORK/ism.sock" --chid "$CHID" --timeout 120 \
-    --log "$WORK/console.log" >/dev/null 2>"$WORK/run.err" || rc=$?
-wait "$stub_pid" 2>/dev/null || true; stub_pid=""
+    --log "$WORK/console.log" -- \
+    -device zpci,uid=3,fid=3,target=plain3 \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"plain3\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/plain.sock\"}}" \
+    >/dev/null 2>"$WORK/run.err" || rc=$?
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
 
 pass=0 fail=0
 check() {   # check DESCRIPTION FILE FIXED-STRING
@@ -92,27 +106,34 @@ check_absent() {
     if grep -qF -- "$3" "$2"; then echo "not ok - $1 (found '$3')"; fail=$((fail + 1))
     else echo "ok - $1"; pass=$((pass + 1)); fi
 }
-C="$WORK/console.log" S="$WORK/stub.log"
+C="$WORK/console.log" S="$WORK/stub.log" P="$WORK/plain.log" F=0002:00:00.0 N=0003:00:00.0
 if [ "$rc" = 0 ]; then echo "ok - guest ran and powered off"; pass=$((pass + 1))
 else echo "not ok - guest run failed (rc=$rc)"; cat "$WORK/run.err"; fail=$((fail + 1)); fi
-check "CLP reports pchid and PFT 5 (ISM)" "$C" "device=0x04ed pchid=$CHID pft=0x05"
-check "5 bytes at BAR offset 37 from a page-crossing buffer: cc 0" "$C" "STBT: A len5 off37 src+4093 (crosses page) rc=0"
-check "... arrive as one write with the guest's bytes" "$S" "WRITE r0 off=0x25 len=5 post=False data=fdfeff0001"
-check "4096 bytes from a misaligned buffer: cc 0" "$C" "STBT: B len4096 off0x1000 src+3 rc=0"
-check "... arrive as one 4096-byte write" "$S" "WRITE r0 off=0x1000 len=4096 post=False data=030405060708090a"
-check "1 byte: cc 0, one write" "$S" "WRITE r0 off=0x2fff len=1 post=False data=01"
-check "crossing a 4K boundary of the PCI offset: program exception (-ENXIO)" "$C" "STBT: D len8 off0x3ffc (crosses 4K of PCI offset) rc=-6"
-check_absent "... and nothing sent" "$S" "off=0x3ffc"
-check "4097 bytes: program exception (-ENXIO)" "$C" "STBT: E len4097 off0x5000 rc=-6"
-check "store the device rejects: cc 1 (-EIO) in the guest" "$C" "STBT: F len16 off0x800 (device rejects) rc=-5"
-check "... after one waited write" "$S" "WRITE r0 off=0x800 len=16 post=False data=08090a0b0c0d0e0f1011121314151617"
-check "outside the BAR: program exception (-ENXIO)" "$C" "STBT: G len8 off0x200000 (beyond 1M BAR) rc=-6"
-check "ism driver: REG_SBA header as one big-endian 8-byte write" "$S" "WRITE r2 off=0x0 len=8 post=False data=0000000100000010"
-check "ism driver: REG_IEQ payload as one 16-byte write" "$S" "WRITE r2 off=0x8 len=16 post=False"
-check "ism driver probed (bound)" "$C" "SMOKE: ism bound 0002:00:00.0"
+# the ISM function (ism=on)
+check "ISM: CLP reports pchid and PFT 5" "$C" "PCI $F vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
+check "ISM: 5 bytes at BAR offset 37 from a page-crossing buffer: cc 0" "$C" "STBT: $F A len5 off37 src+4093 (crosses page) rc=0"
+check "ISM: ... arrive as one write with the guest's bytes" "$S" "WRITE r0 off=0x25 len=5 post=False data=fdfeff0001"
+check "ISM: 4096 bytes from a misaligned buffer: cc 0" "$C" "STBT: $F B len4096 off0x1000 src+3 rc=0"
+check "ISM: ... arrive as one 4096-byte write" "$S" "WRITE r0 off=0x1000 len=4096 post=False data=030405060708090a"
+check "ISM: 1 byte: one write" "$S" "WRITE r0 off=0x2fff len=1 post=False data=01"
+check "ISM: crossing a 4K boundary of the PCI offset: program exception (-ENXIO)" "$C" "STBT: $F D len8 off0x3ffc (crosses 4K of PCI offset) rc=-6"
+check_absent "ISM: ... and nothing sent" "$S" "off=0x3ffc"
+check "ISM: 4097 bytes: program exception (-ENXIO)" "$C" "STBT: $F E len4097 off0x5000 rc=-6"
+check "ISM: store the device rejects: cc 1 (-EIO) in the guest" "$C" "STBT: $F F len16 off0x800 (device rejects) rc=-5"
+check "ISM: ... after one waited write in guest byte order" "$S" "WRITE r0 off=0x800 len=16 post=False data=08090a0b0c0d0e0f1011121314151617"
+check "ISM: outside the BAR: program exception (-ENXIO)" "$C" "STBT: $F G len8 off0x200000 (beyond 1M BAR) rc=-6"
+check "ISM: driver's REG_SBA header as one big-endian 8-byte write" "$S" "WRITE r2 off=0x0 len=8 post=False data=0000000100000010"
+check "ISM: driver's REG_IEQ payload as one 16-byte write" "$S" "WRITE r2 off=0x8 len=16 post=False"
+check "ISM: driver probed (bound)" "$C" "SMOKE: ism bound $F"
+# the control function (no ism=on): stock behaviour
+check "control: CLP reports pchid 0, PFT 0" "$C" "PCI $N vendor=0x1014 device=0x04ee pchid=0x0000 pft=0x00"
+check "control: 5 bytes: specification exception as before" "$C" "STBT: $N A len5 off37 src+4093 (crosses page) rc=-6"
+check "control: 4096 bytes (> maxstbl 128): specification exception as before" "$C" "STBT: $N B len4096 off0x1000 src+3 rc=-6"
+check "control: 16 aligned bytes: accepted as before" "$C" "STBT: $N F len16 off0x800 (device rejects) rc=0"
+check "control: ... as two 8-byte writes as before" "$P" "WRITE r0 off=0x808 len=8"
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then
     echo "--- console:"; grep -E 'SMOKE|STBT' "$C" | tail -30
-    echo "--- stub log:"; cut -c1-160 "$S" | tail -30
+    echo "--- stub logs:"; cut -c1-160 "$S" "$P" | tail -40
     exit 1
 fi

@@ -14,7 +14,7 @@ response length the Linux driver expects. Rejected with EINVAL (an error reply):
   - with --reject-cmd N: the header store of command N (response ret 0xFFFF).
 Exits when the client disconnects.
 
-Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N]
+Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN]
 """
 import argparse, array, json, os, socket, struct
 
@@ -22,6 +22,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("socket")
 ap.add_argument("log")
 ap.add_argument("--reject-cmd", type=lambda s: int(s, 0), default=None)
+ap.add_argument("--device-id", type=lambda s: int(s, 0), default=0x04ED,
+                help="PCI device id (another id keeps the ism driver off the function)")
 args = ap.parse_args()
 logf = open(args.log, "a", buffering=1)
 
@@ -40,7 +42,7 @@ REJECT_BAR0_OFFSET = 0x800
 RESP_LEN = {0x03: 16, 0x08: 200, 0x0A: 16}
 
 cfg = bytearray(256)
-struct.pack_into("<HH", cfg, 0, 0x1014, 0x04ED)
+struct.pack_into("<HH", cfg, 0, 0x1014, args.device_id)
 struct.pack_into("<H", cfg, 6, 0x10)                  # status: capability list
 cfg[9:12] = bytes([0x00, 0x80, 0x02])                 # class: network, other
 for bar in BAR_SIZES:

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * PCISTB shapes against the first ISM function (1014:04ed), for
- * qemu-configs/tests/pcistb-smoke.sh: prints "STBT: <case> rc=<__zpci_store_block()>".
+ * PCISTB shapes against every IBM PCI function, for qemu-configs/tests/pcistb-smoke.sh:
+ * prints "STBT: <function> <case> rc=<__zpci_store_block()>".
  * Loads, runs once and stays loaded (a failing init would make insmod retry).
  */
 #include <linux/module.h>
@@ -16,32 +16,37 @@ static int stb(struct zpci_dev *zdev, int bar, u64 off, void *src, int len)
 	return __zpci_store_block(src, ZPCI_CREATE_REQ(zdev->fh, bar, len), off);
 }
 
-static int __init stbtest_init(void)
+static void stbtest_one(struct pci_dev *pdev)
 {
-	struct pci_dev *pdev = pci_get_device(0x1014, 0x04ed, NULL);
-	struct zpci_dev *zdev;
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
 	u8 *buf;
 	int i;
 
-	if (!pdev) {
-		pr_info("STBT: no ISM function\n");
-		return -ENODEV;
-	}
-	zdev = to_zpci(pdev);
 	buf = (u8 *)__get_free_pages(GFP_KERNEL, 1);
+	if (!buf)
+		return;
 	for (i = 0; i < 2 * PAGE_SIZE; i++)
 		buf[i] = i & 0xff;
-	pr_info("STBT: fh=0x%x\n", zdev->fh);
-	pr_info("STBT: A len5 off37 src+4093 (crosses page) rc=%d\n", stb(zdev, 0, 37, buf + 4093, 5));
-	pr_info("STBT: B len4096 off0x1000 src+3 rc=%d\n", stb(zdev, 0, 0x1000, buf + 3, 4096));
-	pr_info("STBT: C len1 off0x2fff src+1 rc=%d\n", stb(zdev, 0, 0x2fff, buf + 1, 1));
-	pr_info("STBT: D len8 off0x3ffc (crosses 4K of PCI offset) rc=%d\n", stb(zdev, 0, 0x3ffc, buf, 8));
-	pr_info("STBT: E len4097 off0x5000 rc=%d\n", stb(zdev, 0, 0x5000, buf, 4097));
-	pr_info("STBT: F len16 off0x800 (device rejects) rc=%d\n", stb(zdev, 0, 0x800, buf + 8, 16));
-	pr_info("STBT: G len8 off0x200000 (beyond 1M BAR) rc=%d\n", stb(zdev, 0, 0x200000, buf, 8));
-	pr_info("STBT: done\n");
+	pr_info("STBT: %s fh=0x%x\n", n, zdev->fh);
+	pr_info("STBT: %s A len5 off37 src+4093 (crosses page) rc=%d\n", n, stb(zdev, 0, 37, buf + 4093, 5));
+	pr_info("STBT: %s B len4096 off0x1000 src+3 rc=%d\n", n, stb(zdev, 0, 0x1000, buf + 3, 4096));
+	pr_info("STBT: %s C len1 off0x2fff src+1 rc=%d\n", n, stb(zdev, 0, 0x2fff, buf + 1, 1));
+	pr_info("STBT: %s D len8 off0x3ffc (crosses 4K of PCI offset) rc=%d\n", n, stb(zdev, 0, 0x3ffc, buf, 8));
+	pr_info("STBT: %s E len4097 off0x5000 rc=%d\n", n, stb(zdev, 0, 0x5000, buf, 4097));
+	pr_info("STBT: %s F len16 off0x800 (device rejects) rc=%d\n", n, stb(zdev, 0, 0x800, buf + 8, 16));
+	pr_info("STBT: %s G len8 off0x200000 (beyond 1M BAR) rc=%d\n", n, stb(zdev, 0, 0x200000, buf, 8));
 	free_pages((unsigned long)buf, 1);
-	pci_dev_put(pdev);
+}
+
+/* Every IBM (1014) function: the ISM one (04ed) and any test function beside it. */
+static int __init stbtest_init(void)
+{
+	struct pci_dev *pdev = NULL;
+
+	while ((pdev = pci_get_device(PCI_VENDOR_ID_IBM, PCI_ANY_ID, pdev)))
+		stbtest_one(pdev);
+	pr_info("STBT: done\n");
 	return 0;
 }
 
