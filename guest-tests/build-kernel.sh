@@ -131,7 +131,11 @@ if [ "$current" != "$want" ]; then
         step "reverting patches of ${current%%:*}"
         ok=1
         for p in $(find "$WORK/applied.d" -name '*.patch' | LC_ALL=C sort -r); do
-            patch -d "$SRC" -p1 -R -s -N <"$p" >&2 || { ok=0; break; }
+            if patch -d "$SRC" -p1 -R -s -F0 --dry-run <"$p" >/dev/null 2>&1; then
+                patch -d "$SRC" -p1 -R -s -F0 <"$p" >&2 || { ok=0; break; }
+            elif ! patch -d "$SRC" -p1 -s -N -F0 --dry-run <"$p" >/dev/null 2>&1; then
+                ok=0; break      # neither applied nor cleanly absent: the tree is unknown
+            fi                   # else: never applied (an interrupted run), nothing to revert
         done
         [ $ok = 1 ] || { warn "could not revert the patches; unpacking afresh"; fresh_tree; }
         : >"$WORK/applied"; rm -rf "$WORK/applied.d"
@@ -139,13 +143,15 @@ if [ "$current" != "$want" ]; then
     if [ -n "$want" ]; then
         step "applying $VARIANT patches"
         mkdir -p "$WORK/applied.d"
-        echo "$want" >"$WORK/applied"   # marked first: an interrupted apply is reverted or redone
+        # Marked as partly applied until every patch is in: an interrupted or failed apply
+        # never matches a wanted state, so the next run reverts it (or unpacks afresh).
+        echo "$want:partial" >"$WORK/applied"
         for p in "${PATCHES[@]}"; do
             cp "$p" "$WORK/applied.d/"
-            # (on failure the tree stays marked as $want: the next run reverts or unpacks afresh)
             patch -d "$SRC" -p1 -s -N -F0 --dry-run <"$p" >&2 || die "patch $(basename "$p") does not apply to $PKG $PKGVER"
             patch -d "$SRC" -p1 -s -N -F0 <"$p" >&2 || die "patch $(basename "$p") failed"
         done
+        echo "$want" >"$WORK/applied"
     fi
 fi
 
