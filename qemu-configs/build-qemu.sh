@@ -37,20 +37,22 @@ QEMU_BIN="$OUT/bin/qemu-system-s390x"
 # verify_install DIR: the binary runs, is the version we built, and has our zpci
 # properties and the devices the project relies on.
 verify_install() {
-    local bin="$1/bin/qemu-system-s390x" zpci devs
+    local bin="$1/bin/qemu-system-s390x" out
     [ -x "$bin" ] || return 1
     [ "$(cat "$1/.ism-emu-key" 2>/dev/null)" = "$key" ] || return 1
-    "$bin" --version | grep -q "Debian $ver_noepoch" || { warn "$bin: unexpected --version"; return 1; }
-    zpci="$("$bin" -M none -device zpci,help 2>&1)" || return 1
-    grep -q '^ *ism=' <<<"$zpci" && grep -q '^ *pchid=' <<<"$zpci" \
+    # (outputs are captured first: grep -q on a pipe could SIGPIPE QEMU under pipefail)
+    out="$("$bin" --version 2>&1)" || return 1
+    grep -q "Debian $ver_noepoch" <<<"$out" || { warn "$bin: unexpected --version"; return 1; }
+    out="$("$bin" -M none -device zpci,help 2>&1)" || return 1
+    grep -q '^ *ism=' <<<"$out" && grep -q '^ *pchid=' <<<"$out" \
         || { warn "$bin: zpci has no ism/pchid properties"; return 1; }
-    devs="$("$bin" -M none -device help 2>&1)" || return 1
-    grep -q '"vfio-user-pci"' <<<"$devs" && grep -q '"virtio-net-pci"' <<<"$devs" \
+    out="$("$bin" -M none -device help 2>&1)" || return 1
+    grep -q '"vfio-user-pci"' <<<"$out" && grep -q '"virtio-net-pci"' <<<"$out" \
         || { warn "$bin: vfio-user-pci or virtio-net-pci missing"; return 1; }
-    "$bin" -M none -object help 2>&1 | grep -q 'memory-backend-memfd' \
-        || { warn "$bin: memory-backend-memfd missing"; return 1; }
-    "$bin" -M none -netdev help 2>&1 | grep -q '^stream$' \
-        || { warn "$bin: -netdev stream missing"; return 1; }
+    out="$("$bin" -M none -object help 2>&1)" || return 1
+    grep -q 'memory-backend-memfd' <<<"$out" || { warn "$bin: memory-backend-memfd missing"; return 1; }
+    out="$("$bin" -M none -netdev help 2>&1)" || return 1
+    grep -q '^stream$' <<<"$out" || { warn "$bin: -netdev stream missing"; return 1; }
     # s390-ccw-virtio always loads its IPL firmware, even with -kernel
     [ -s "$1/share/qemu/s390-ccw.img" ] || { warn "$1: s390-ccw.img missing"; return 1; }
 }

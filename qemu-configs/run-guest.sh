@@ -93,19 +93,23 @@ done
 [ -f "$GUEST_KERNEL" ] || die "no guest kernel at $GUEST_KERNEL (give --kernel PATH or GUEST_KERNEL)"
 [ -z "$GUEST_INITRD" ] || [ -f "$GUEST_INITRD" ] || die "no initrd at $GUEST_INITRD"
 [[ "$CHID" =~ ^(0[xX][0-9a-fA-F]{1,4}|[0-9]{1,5})$ ]] || die "--chid $CHID is not a 16-bit number"
-chid_val=$((CHID))
+if [[ "$CHID" == 0[xX]* ]]; then chid_val=$((CHID)); else chid_val=$((10#$CHID)); fi
 { [ "$chid_val" -gt 0 ] && [ "$chid_val" -lt $((0xFF00)) ]; } \
     || die "--chid $CHID: an ISM CHID must be nonzero and below 0xFF00"
 CHID="$(printf '0x%04x' "$chid_val")"
 case "$NET_SERVER" in on|off) ;; *) die "--net-server must be on or off" ;; esac
+[[ "$MEM" =~ ^[0-9]+[KMGT]?$ ]] || die "--mem must be a size like 1G or 512M"
+[[ "$SMP" =~ ^[1-9][0-9]*$ ]] || die "--smp must be a positive number"
+[[ "$SOCKET_WAIT" =~ ^[0-9]+$ ]] || die "--socket-wait must be a number of seconds"
+[ -z "$MAC" ] || [[ "$MAC" =~ ^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$ ]] || die "--mac $MAC is not a MAC address"
 [ -n "$MAC" ] || { [ "$NET_SERVER" = on ] && MAC=52:54:00:00:00:01 || MAC=52:54:00:00:00:02; }
 [ ${#ism_socks[@]} -le 200 ] || die "too many ISM functions"
 [ -n "$CONSOLE_LOG" ] || CONSOLE_LOG="$BUILD_DIR/logs/$NAME.console.log"
 QEMU_LOG="${CONSOLE_LOG%.console.log}"; QEMU_LOG="${QEMU_LOG%.log}.qemu.log"
-mkdir -p "$(dirname "$CONSOLE_LOG")" "$(dirname "$QEMU_LOG")"
-for s in "${ism_socks[@]}" "$NET_SOCK"; do
-    case "$s" in *'"'*|*\\*|*,*) die "socket path must not contain '\"', '\\' or ',': $s" ;; esac
+for s in "${ism_socks[@]}" "$NET_SOCK" "$CONSOLE_LOG"; do
+    case "$s" in *'"'*|*\\*|*,*) die "path must not contain '\"', '\\' or ',' (QEMU option syntax): $s" ;; esac
 done
+mkdir -p "$(dirname "$CONSOLE_LOG")" "$(dirname "$QEMU_LOG")"
 
 # --- fill in the template
 declare -A V=(

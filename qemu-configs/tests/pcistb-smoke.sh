@@ -13,26 +13,30 @@
 # Usage: qemu-configs/tests/pcistb-smoke.sh
 # Needs: make qemu; make kernel (KERNEL=6.12 by default) and its kernel build tree for
 #        the test module (KBUILD_DIR, default: the guest-tests kernel work tree named in
-#        $BUILD_DIR/kernel-$KERNEL/build-info); $BUILD_DIR/initramfs-$KERNEL.cpio.gz for
-#        busybox. Prints one line per check and "N passed, M failed"; exits 1 on failures,
+#        $BUILD_DIR/kernel-$KERNEL/build-info; the kernel booted is the built variant whose
+#        release matches that tree); $BUILD_DIR/initramfs-$KERNEL.cpio.gz for busybox. Prints one line per check and "N passed, M failed"; exits 1 on failures,
 #        2 when a prerequisite is missing.
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 HERE="$REPO_ROOT/qemu-configs/tests"
 KERNEL="${KERNEL:-6.12}"
-KOUT="$BUILD_DIR/kernel-$KERNEL"
 QEMU="${QEMU:-$BUILD_DIR/qemu/bin/qemu-system-s390x}"
 CHID=0x1234
 missing() { printf 'pcistb-smoke: prerequisite missing: %s\n' "$*" >&2; exit 2; }
 
 [ -x "$QEMU" ] || missing "QEMU ($QEMU): run make qemu"
-[ -f "$KOUT/bzImage" ] && [ -f "$KOUT/build-info" ] || missing "guest kernel in $KOUT: run make kernel"
-KREL="$(cat "$KOUT/kernel.release")"
-PKGVER="$(sed -n 's/^PKGVER=//p' "$KOUT/build-info")"
+[ -f "$BUILD_DIR/kernel-$KERNEL/build-info" ] || missing "guest kernel in $BUILD_DIR/kernel-$KERNEL: run make kernel"
+PKGVER="$(sed -n 's/^PKGVER=//p' "$BUILD_DIR/kernel-$KERNEL/build-info")"
 KBUILD_DIR="${KBUILD_DIR:-$CACHE_DIR/kernel/work/$PKGVER/obj}"
 [ -f "$KBUILD_DIR/Module.symvers" ] || missing "kernel build tree $KBUILD_DIR (set KBUILD_DIR)"
-[ "$(cat "$KBUILD_DIR/include/config/kernel.release" 2>/dev/null)" = "$KREL" ] \
-    || missing "kernel build tree $KBUILD_DIR is not release $KREL"
+KREL="$(cat "$KBUILD_DIR/include/config/kernel.release" 2>/dev/null)"
+# The build tree holds whichever variant (stock, prezero, nozero) was built last; the
+# variants differ only in SMC's buffer zeroing, so use the kernel that matches the tree.
+KOUT=""
+for d in "$BUILD_DIR/kernel-$KERNEL" "$BUILD_DIR/kernel-$KERNEL"-*; do
+    [ -f "$d/bzImage" ] && [ "$(cat "$d/kernel.release" 2>/dev/null)" = "$KREL" ] && { KOUT="$d"; break; }
+done
+[ -n "$KOUT" ] || missing "a built kernel of release '$KREL' (the release of $KBUILD_DIR) in $BUILD_DIR/kernel-$KERNEL*"
 ISM_KO="$(find "$KOUT/lib/modules/$KREL" -name 'ism.ko*' | head -1)"
 [ -n "$ISM_KO" ] || missing "ism.ko in $KOUT/lib/modules/$KREL"
 [ -f "$BUILD_DIR/initramfs-$KERNEL.cpio.gz" ] || missing "$BUILD_DIR/initramfs-$KERNEL.cpio.gz (for busybox): run make initramfs"
