@@ -38,7 +38,7 @@ BBDIR="$CACHE_DIR/initramfs/busybox"
 BBDEB="$BBDIR/busybox-static_${BUSYBOX_VER#*:}_s390x.deb"
 if [ ! -f "$BBDEB" ]; then
     step "downloading busybox-static $BUSYBOX_VER (Debian $BUSYBOX_SUITE, s390x)"
-    mkdir -p "$BBDIR/dl"
+    rm -rf "$BBDIR/dl"; mkdir -p "$BBDIR/dl"
     (cd "$BBDIR/dl" && papt "$BUSYBOX_SUITE" s390x -qq download "busybox-static=$BUSYBOX_VER" >&2) || {
         have="$(APT_CONFIG="$(papt_dir "$BUSYBOX_SUITE" s390x)/apt.conf" apt-cache madison busybox-static 2>/dev/null | awk '/Packages$/ {print $3}' | sort -uV | xargs)"
         die "Debian $BUSYBOX_SUITE (s390x) no longer offers busybox-static=$BUSYBOX_VER (it has: ${have:-nothing}). Update BUSYBOX_VER in guest-tests/build-initramfs.sh."

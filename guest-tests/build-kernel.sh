@@ -86,6 +86,10 @@ mkdir -p "$WORK"
 # One build per line at a time: the variants share the tree and the object directory.
 exec 9>"$WORK/lock"
 flock -w 3600 9 || die "timed out waiting for another build of $PKGVER ($WORK/lock)"
+if [ -f "$RESULT/bzImage" ]; then   # built by the run we waited for
+    publish
+    exit 0
+fi
 
 # ---- fetch and unpack the source package ----------------------------------------------
 DEB="$WORK/${PKG}_${PKGVER}_all.deb"
@@ -97,11 +101,13 @@ if [ ! -f "$DEB" ]; then
         mkdir -p "$(papt_dir sid amd64)/etc/apt.conf.d"
         echo 'Acquire::Check-Valid-Until "false";' >"$(papt_dir sid amd64)/etc/apt.conf.d/50valid-until"
     fi
-    (cd "$WORK" && papt "$SUITE" amd64 -qq download "$PKG=$PKGVER" >&2) || {
+    rm -rf "$WORK/dl"; mkdir -p "$WORK/dl"    # download aside, then move: never a partial .deb
+    (cd "$WORK/dl" && papt "$SUITE" amd64 -qq download "$PKG=$PKGVER" >&2) || {
         have="$(APT_CONFIG="$(papt_dir "$SUITE" amd64)/apt.conf" apt-cache madison "$PKG" 2>/dev/null | awk '/Packages$/ {print $3}' | sort -uV | xargs)"
         die "Debian $SUITE no longer offers $PKG=$PKGVER (it has: ${have:-nothing}). Update PKGVER for KERNEL=$KERNEL in guest-tests/build-kernel.sh."
     }
-    [ -f "$DEB" ] || die "download of $PKG=$PKGVER did not produce $DEB"
+    mv "$WORK"/dl/"${PKG}"_*_all.deb "$DEB" 2>/dev/null || die "download of $PKG=$PKGVER produced no .deb"
+    rm -rf "$WORK/dl"
 fi
 
 SRC="$WORK/src"
