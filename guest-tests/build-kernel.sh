@@ -95,12 +95,6 @@ fi
 DEB="$WORK/${PKG}_${PKGVER}_all.deb"
 if [ ! -f "$DEB" ]; then
     step "downloading $PKG $PKGVER (Debian $SUITE)"
-    if [ "$SUITE" = sid ]; then
-        # sid's Release file is only valid for a week; a mirror (or a frozen snapshot)
-        # that lags behind still serves consistent, signed files.
-        mkdir -p "$(papt_dir sid amd64)/etc/apt.conf.d"
-        echo 'Acquire::Check-Valid-Until "false";' >"$(papt_dir sid amd64)/etc/apt.conf.d/50valid-until"
-    fi
     rm -rf "$WORK/dl"; mkdir -p "$WORK/dl"    # download aside, then move: never a partial .deb
     (cd "$WORK/dl" && papt "$SUITE" amd64 -qq download "$PKG=$PKGVER" >&2) || {
         have="$(APT_CONFIG="$(papt_dir "$SUITE" amd64)/apt.conf" apt-cache madison "$PKG" 2>/dev/null | awk '/Packages$/ {print $3}' | sort -uV | xargs)"

@@ -82,10 +82,17 @@ Dir::Etc::Parts "$dir/etc/apt.conf.d";
 Acquire::Languages "none";
 APT::Sandbox::User "root";
 CONF
+        # sid's Release file is sometimes past its Valid-Until on mirrors; the archive
+        # signature is still checked.
+        if [ "$suite" = sid ]; then
+            echo 'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt.conf.d/50valid-until"
+        fi
     fi
     if [ ! -f "$dir/updated" ] || [ -n "$(find "$dir/updated" -mmin +1440)" ]; then
         step "refreshing private apt index: Debian $suite ($arch)"
-        APT_CONFIG="$dir/apt.conf" apt-get -qq update >&2 \
+        # --error-on=any: a failed index download is an error, not a warning, so an
+        # unreachable archive is never marked fresh.
+        APT_CONFIG="$dir/apt.conf" apt-get -qq --error-on=any update >&2 \
             || die "apt-get update for Debian $suite ($arch) failed (archive unreachable or mid-sync?); try again later"
         touch "$dir/updated"
     fi
