@@ -15,7 +15,7 @@ KERNEL ?= 6.12
 VARIANT ?= stock
 export CACHE_DIR BUILD_DIR KERNEL VARIANT
 
-.PHONY: all deps images qemu kernel initramfs emulator demo test unit e2e e2e-variants bench lint clean
+.PHONY: all deps images qemu kernel initramfs emulator demo test unit qemu-smoke e2e e2e-variants bench lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -46,6 +46,10 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --locked --all-targets -- -D warnings
 
+# The QEMU patch series against a logging vfio-user stub (no emulator involved).
+qemu-smoke: images
+	qemu-configs/tests/pcistb-smoke.sh
+
 # The end-to-end suite on the selected kernel line and variant.
 e2e: images emulator
 	scripts/e2e.sh
@@ -57,7 +61,7 @@ e2e-variants: emulator qemu
 	$(MAKE) kernel initramfs VARIANT=nozero
 	VARIANT=nozero TESTS=seq scripts/e2e.sh two
 
-test: unit e2e e2e-variants
+test: lint unit qemu-smoke e2e e2e-variants
 
 bench:
 	cargo bench --bench throughput
