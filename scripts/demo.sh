@@ -23,6 +23,9 @@ echo
 echo "=== what the host saw (ism-emu observe summary) ==="
 observe summary || ok=1
 echo
+echo "=== the connections on each DMB (ism-emu observe conns) ==="
+observe conns || ok=1
+echo
 echo "Event stream: $RUN_DIR/events.jsonl ($(wc -l <"$RUN_DIR/events.jsonl") events); console logs: $RUN_DIR/*.console.log"
 emu_stop || ok=1
 [ "$ok" -eq 0 ] && step "demo finished" || die "demo failed (logs in $RUN_DIR)"

@@ -57,6 +57,8 @@ enum Observe {
     Functions,
     /// Every DMB seen: owner, peer, state, connections, reuse and zeroing.
     Dmbs,
+    /// The recent connections on every DMB: bytes, close, reuse verdict, zeroing delay.
+    Conns,
     /// Functions, DMBs and a verdict on zeroing and reuse.
     Summary,
     /// Print events as they happen (JSON lines).
@@ -162,6 +164,7 @@ fn observe(control: &PathBuf, what: Observe) -> Result<(), String> {
         Observe::Json => println!("{line}"),
         Observe::Functions => print_functions(&snap),
         Observe::Dmbs => print_dmbs(&snap),
+        Observe::Conns => print_conns(&snap),
         Observe::Summary => {
             print_functions(&snap);
             println!();
@@ -277,6 +280,51 @@ fn print_dmbs(snap: &Value) {
             delay,
             u(d, "bytes"),
         );
+    }
+}
+
+fn print_conns(snap: &Value) {
+    println!(
+        "{:<6} {:<14} {:>5} {:>12} {:>10} {:>12} {:<6} {:<13} {:>11}",
+        "FUNC", "TOKEN", "CONN", "OPENED(s)", "OPEN_MS", "BYTES", "CLOSE", "REUSE", "ZEROED_MS"
+    );
+    let start = snap["dmbs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|d| d["recent"].as_array().into_iter().flatten())
+        .filter_map(|c| c["opened_us"].as_u64())
+        .min()
+        .unwrap_or(0);
+    for d in snap["dmbs"].as_array().into_iter().flatten() {
+        for c in d["recent"].as_array().into_iter().flatten() {
+            let opened = u(c, "opened_us");
+            let open_ms = c["closed_us"].as_u64().map_or("-".to_string(), |closed| {
+                format!("{:.1}", (closed.saturating_sub(opened)) as f64 / 1e3)
+            });
+            let reuse = match c["reuse_clean"].as_bool() {
+                None => "-".to_string(),
+                Some(true) => "clean".to_string(),
+                Some(false) => format!("STALE {}B", u(c, "stale_bytes")),
+            };
+            let zeroed = match (c["zeroed_after_ms"].as_f64(), c["not_zeroed"].as_bool()) {
+                (Some(ms), _) => format!("{ms:.1}"),
+                (None, Some(true)) => "never".to_string(),
+                _ => "-".to_string(),
+            };
+            println!(
+                "{:<6} {:<14} {:>5} {:>12.3} {:>10} {:>12} {:<6} {:<13} {:>11}",
+                s(d, "function"),
+                format!("{:#x}", u(d, "token")),
+                u(c, "conn"),
+                opened.saturating_sub(start) as f64 / 1e6,
+                open_ms,
+                u(c, "bytes"),
+                c["how"].as_str().unwrap_or("-"),
+                reuse,
+                zeroed,
+            );
+        }
     }
 }
 

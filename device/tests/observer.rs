@@ -151,3 +151,19 @@ fn unregistration_reports_the_connections_the_dmb_carried() {
     assert_eq!(unreg.len(), 1);
     assert_eq!(unreg[0]["connections"], 2);
 }
+
+#[test]
+fn connection_records_keep_bytes_close_reuse_and_zeroing() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"first connection");
+    s.owner.ram.write(s.dmb.ram_offset, &vec![0u8; 16384]);
+    s.m.fabric.poll_zeroing();
+    connection(&mut s.peer, &s.dmb, b"second");
+    let recent = &s.m.fabric.observer().summaries()[0].recent;
+    assert_eq!(recent.len(), 2);
+    assert_eq!((recent[0].conn, recent[0].bytes), (1, 16));
+    assert_eq!(recent[0].how.as_deref(), Some("close"));
+    assert!(recent[0].zeroed_after_ms.is_some());
+    assert_eq!(recent[0].reuse_clean, None, "first use is no reuse");
+    assert_eq!((recent[1].conn, recent[1].reuse_clean), (2, Some(true)));
+}

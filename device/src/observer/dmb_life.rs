@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::{ObservedEvent, ZERO_WATCH_LIMIT};
 use crate::dma::DmaSpace;
-use crate::fabric::Dmb;
+use crate::fabric::{now_us, Dmb};
 use crate::ism::MoveAddress;
 
 /// CDC message layout (net/smc/smc_cdc.h, struct smcd_cdc_msg).
@@ -66,6 +66,30 @@ pub struct DmbSummary {
     pub zero_delays_ms: Vec<f64>,
     pub bytes: u64,
     pub signals: u64,
+    /// The most recent connections, oldest first (at most `RECENT_CONNS`).
+    pub recent: Vec<ConnRecord>,
+}
+
+/// How many connections per DMB the observer remembers in detail.
+pub const RECENT_CONNS: usize = 32;
+
+/// One connection's use of a DMB.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConnRecord {
+    pub conn: u64,
+    pub opened_us: u64,
+    pub closed_us: Option<u64>,
+    /// "close" or "abort".
+    pub how: Option<String>,
+    /// Data bytes moved into the DMB (CDC messages not counted).
+    pub bytes: u64,
+    /// For a reuse: whether the DMB was all zero before this connection's first write.
+    pub reuse_clean: Option<bool>,
+    pub stale_bytes: u64,
+    /// Milliseconds from this connection's close to the DMB reading all zero.
+    pub zeroed_after_ms: Option<f64>,
+    /// The watch gave up: not zero within the watch limit after the close.
+    pub not_zeroed: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -74,7 +98,12 @@ pub struct DmbLife {
     closed_at: Option<Instant>,
     /// Zeroing was seen after the close, or the watch gave up.
     watch_done: bool,
-    conn_bytes: u64,
+}
+
+impl DmbLife {
+    fn current(&mut self) -> Option<&mut ConnRecord> {
+        self.summary.recent.last_mut()
+    }
 }
 
 #[derive(Default)]
@@ -123,10 +152,10 @@ impl Tracker {
                     zero_delays_ms: Vec::new(),
                     bytes: 0,
                     signals: 0,
+                    recent: Vec::new(),
                 },
                 closed_at: None,
                 watch_done: false,
-                conn_bytes: 0,
             },
         );
     }
@@ -166,6 +195,17 @@ impl Tracker {
         }
         let mut events = Vec::new();
         let conn = s.connections + 1;
+        let mut record = ConnRecord {
+            conn,
+            opened_us: now_us(),
+            closed_us: None,
+            how: None,
+            bytes: 0,
+            reuse_clean: None,
+            stale_bytes: 0,
+            zeroed_after_ms: None,
+            not_zeroed: false,
+        };
         if s.state == ConnState::Closed {
             let mut bytes = vec![0u8; dmb.len as usize];
             let (stale, first) = match mem.read(dmb.iova, &mut bytes) {
@@ -180,6 +220,8 @@ impl Tracker {
                 }
             };
             s.reuses += 1;
+            record.reuse_clean = Some(stale == 0);
+            record.stale_bytes = stale;
             if stale == 0 {
                 s.clean_reuses += 1;
             } else {
@@ -201,9 +243,12 @@ impl Tracker {
         }
         s.connections = conn;
         s.state = ConnState::Open;
+        if s.recent.len() == RECENT_CONNS {
+            s.recent.remove(0);
+        }
+        s.recent.push(record);
         life.closed_at = None;
         life.watch_done = false;
-        life.conn_bytes = 0;
         events.push(ObservedEvent::ConnOpened {
             function: s.function.clone(),
             gid: s.gid,
@@ -221,29 +266,36 @@ impl Tracker {
         life.summary.bytes += data.len() as u64;
         life.summary.signals += u64::from(addr.signal);
         if !is_cdc(addr, data) {
-            life.conn_bytes += data.len() as u64;
+            if let Some(record) = life.current() {
+                record.bytes += data.len() as u64;
+            }
             return Vec::new();
         }
         let flags = closing_flags(data);
         if life.summary.state != ConnState::Open || flags == 0 {
             return Vec::new();
         }
+        let how = if flags & cdc::PEER_CONN_ABORT != 0 {
+            "abort"
+        } else {
+            "close"
+        };
+        let bytes = life.current().map_or(0, |record| {
+            record.closed_us = Some(now_us());
+            record.how = Some(how.to_string());
+            record.bytes
+        });
+        life.closed_at = Some(Instant::now());
         let s = &mut life.summary;
         s.state = ConnState::Closed;
         s.closes += 1;
-        life.closed_at = Some(Instant::now());
         vec![ObservedEvent::ConnClosed {
             function: s.function.clone(),
             gid: s.gid,
             token: s.token,
             conn: s.connections,
-            how: if flags & cdc::PEER_CONN_ABORT != 0 {
-                "abort"
-            } else {
-                "close"
-            }
-            .to_string(),
-            bytes: life.conn_bytes,
+            how: how.to_string(),
+            bytes,
         }]
     }
 
@@ -266,8 +318,16 @@ impl Tracker {
                 continue;
             };
             let waited = life.closed_at.map_or(Duration::ZERO, |t| t.elapsed());
+            let zero = is_zero(token) == Some(true);
+            let gave_up = !zero && waited >= ZERO_WATCH_LIMIT;
+            if let Some(record) = life.current() {
+                if zero {
+                    record.zeroed_after_ms = Some(waited.as_secs_f64() * 1e3);
+                }
+                record.not_zeroed = gave_up;
+            }
             let s = &mut life.summary;
-            if is_zero(token) == Some(true) {
+            if zero {
                 let delay_ms = waited.as_secs_f64() * 1e3;
                 life.watch_done = true;
                 s.zeroed_after_close += 1;
@@ -279,7 +339,7 @@ impl Tracker {
                     conn: s.connections,
                     delay_ms,
                 });
-            } else if waited >= ZERO_WATCH_LIMIT {
+            } else if gave_up {
                 life.watch_done = true;
                 s.not_zeroed += 1;
                 events.push(ObservedEvent::DmbNotZeroed {
