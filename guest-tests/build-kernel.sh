@@ -156,7 +156,7 @@ if [ "$current" != "$want" ]; then
 fi
 
 # ---- configure -------------------------------------------------------------------------
-KMAKE=(nice make -C "$SRC" O="$OBJ" -j2 LOCALVERSION="$LOCALVERSION")
+KMAKE=(nice make --no-print-directory -C "$SRC" O="$OBJ" -j2 LOCALVERSION="$LOCALVERSION")
 mkdir -p "$OBJ"
 step "configuring: allnoconfig + ${FRAGMENTS[*]##*/}"
 "${KMAKE[@]}" -s allnoconfig >&2

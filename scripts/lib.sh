@@ -8,6 +8,9 @@
 #     (`papt`), so the host's sources and dpkg database are never touched.
 
 set -euo pipefail
+# Called from `make`, the scripts would inherit its flags: -w makes inner makes print
+# "Entering directory" into output that scripts capture (`make -s kernelrelease`).
+unset MAKEFLAGS MFLAGS MAKELEVEL
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE_DIR="${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ism-emu}"
