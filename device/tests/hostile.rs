@@ -79,17 +79,7 @@ fn move_past_the_end_of_the_dmb_writes_nothing() {
     let mut a = m.guest(0);
     let mut b = m.guest(1);
     let dmb = b.reg_dmb(16384, default_gid(CHID, 0));
-    let addr = MoveAddress {
-        token: dmb.token,
-        dmbe: 0,
-        signal: true,
-        offset: 16380,
-    };
-    assert!(a
-        .client
-        .region_write(MOVE_BAR, addr.encode(), &[0xee; 8])
-        .unwrap()
-        .is_err());
+    assert!(a.store_move(dmb.token, 0, true, 16380, &[0xee; 8]).is_err());
     assert_eq!(b.dmb_bytes(&dmb, 16380, 4), vec![0; 4]);
     assert_eq!(
         b.ram.read(dmb.ram_offset + 16384, 4),
@@ -118,17 +108,7 @@ fn move_with_dmbe_index_16_is_rejected() {
     let mut a = m.guest(0);
     let mut b = m.guest(1);
     let dmb = b.reg_dmb(16384, default_gid(CHID, 0));
-    let addr = MoveAddress {
-        token: dmb.token,
-        dmbe: 16,
-        signal: true,
-        offset: 0,
-    };
-    assert!(a
-        .client
-        .region_write(MOVE_BAR, addr.encode(), b"x")
-        .unwrap()
-        .is_err());
+    assert!(a.store_move(dmb.token, 16, true, 0, b"x").is_err());
     still_working(&mut a, &mut b);
 }
 

@@ -238,6 +238,26 @@ impl Guest {
         self.command(opcode::UNREG_DMB, &token.to_be_bytes())
     }
 
+    /// One PCISTB to the move window, exactly as given: no chunking, no checks.
+    pub fn store_move(
+        &mut self,
+        token: u64,
+        dmbe: u8,
+        signal: bool,
+        offset: u32,
+        data: &[u8],
+    ) -> Reply {
+        let addr = MoveAddress {
+            token,
+            dmbe,
+            signal,
+            offset,
+        };
+        self.client
+            .region_write(MOVE_BAR, addr.encode(), data)
+            .unwrap()
+    }
+
     /// A data move as ism_move() does it: chunks that never cross 4 KiB, `sf` only on the
     /// last. Returns the first rejected chunk's error.
     pub fn move_data(&mut self, token: u64, offset: u32, data: &[u8], sf: bool) -> Reply {
@@ -246,16 +266,7 @@ impl Guest {
         while done < data.len() {
             let n = (4096 - (offset as usize & 4095)).min(data.len() - done);
             let last = done + n == data.len();
-            let addr = MoveAddress {
-                token,
-                dmbe: 0,
-                signal: sf && last,
-                offset,
-            };
-            let r = self
-                .client
-                .region_write(MOVE_BAR, addr.encode(), &data[done..done + n])
-                .unwrap();
+            let r = self.store_move(token, 0, sf && last, offset, &data[done..done + n]);
             r.as_ref().map_err(|&e| e)?;
             done += n;
             offset += n as u32;
