@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # End-to-end suite: unmodified guest kernels run SMC-D over the emulated ISM device.
 #
-# Usage: scripts/e2e.sh [TOPOLOGY...]      (default: two self)
+# Usage: scripts/e2e.sh [TOPOLOGY...]      (default: two self crash)
 #   two    two guests, one emulator process: guest a (10.0.0.1) serves, guest b
 #          (10.0.0.2) connects; the TCP handshake crosses a QEMU socket netdev
 #   self   one guest talking to itself through its own ISM function
+#   crash  guest b is killed in the middle of a stream: guest a's connection must abort
+#          promptly (the device tells it the peer's GID is gone), guest a and the
+#          emulator carry on, and the emulator still shuts down cleanly
 # Environment: KERNEL (6.12 | 7.2), VARIANT (stock | prezero | nozero), TESTS (the
 # smcsuite tests, default "echo stream seq concurrent"), GUEST_TIMEOUT (s, default 600),
 # E2E_DIR (logs, default build/e2e).
@@ -19,7 +22,7 @@ source "$REPO_ROOT/scripts/topology.sh"
 E2E_DIR="${E2E_DIR:-$BUILD_DIR/e2e}"
 TESTS="${TESTS:-echo stream seq concurrent}"
 topologies=("$@")
-[ ${#topologies[@]} -gt 0 ] || topologies=(two self)
+[ ${#topologies[@]} -gt 0 ] || topologies=(two self crash)
 
 check_artefacts
 mkdir -p "$E2E_DIR"
@@ -44,6 +47,42 @@ run_self() {
     guest_wait solo
 }
 
+# Seconds guest a may take, after guest b was killed, to see its connection abort. Without
+# the device's GID event it would wait for its 300 s I/O timeout.
+CRASH_ABORT_LIMIT="${CRASH_ABORT_LIMIT:-60}"
+
+run_crash() {
+    emu_start 2
+    guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smctest stream server --io-timeout=300
+    guest_start victim "$RUN_DIR/ism1.sock" 10.0.0.2/24 off \
+        smctest stream client --host=10.0.0.1 --bytes=64G --io-timeout=300
+    local i open=0
+    for ((i = 0; i < 600; i++)); do
+        if observe json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin)["dmbs"]; sys.exit(0 if any(x["state"]=="open" and x["bytes"]>(1<<20) for x in d) else 1)'; then
+            open=1
+            break
+        fi
+        sleep 0.5
+    done
+    [ "$open" = 1 ] || { warn "crash: the stream never started"; tail -n 20 "$RUN_DIR"/*.console.log >&2; return 1; }
+    step "crash: killing guest victim's QEMU mid-stream"
+    pkill -KILL -f -- "$RUN_DIR/victim.console.log" || { warn "crash: no QEMU to kill"; return 1; }
+    local killed=$SECONDS
+    wait "$GUEST_PID_victim" 2>/dev/null || true
+    local rc=0
+    wait "$GUEST_PID_a" || rc=$?
+    local took=$((SECONDS - killed))
+    local log="$RUN_DIR/a.console.log"
+    echo "crash: guest a ended ${took} s after the kill (QEMU status $rc)"
+    grep -E '^(CONN|SUMMARY|smctest)' "$log" | tail -n 4 | sed 's/^/  a: /'
+    [ "$rc" -eq 0 ] || { warn "crash: guest a did not end normally"; return 1; }
+    grep -q '^ISMTEST: RESULT FAIL' "$log" || { warn "crash: guest a's stream did not fail"; return 1; }
+    [ "$took" -le "$CRASH_ABORT_LIMIT" ] || { warn "crash: guest a took ${took} s (> ${CRASH_ABORT_LIMIT} s) to notice"; return 1; }
+    kill -0 "$EMU_PID" 2>/dev/null || { warn "crash: the emulator died"; return 1; }
+    grep -q '"kind":"function_detached","reason":"client disconnected"' "$RUN_DIR/events.jsonl" \
+        || grep -q 'function_detached' "$RUN_DIR/events.jsonl" || { warn "crash: no function_detached event"; return 1; }
+}
+
 for topo in "${topologies[@]}"; do
     topo_init "$E2E_DIR/$topo-$(kernel_suffix)"
     step "e2e: topology '$topo', kernel $KERNEL ($VARIANT), tests: $TESTS"
@@ -52,13 +91,16 @@ for topo in "${topologies[@]}"; do
     case "$topo" in
         two) run_two || rc=1 ;;
         self) run_self || rc=1 ;;
-        *) die "unknown topology '$topo' (two, self)" ;;
+        crash) run_crash || rc=1 ;;
+        *) die "unknown topology '$topo' (two, self, crash)" ;;
     esac
     observe json >"$RUN_DIR/snapshot.json" 2>>"$RUN_DIR/emulator.log" || rc=1
     observe summary >"$RUN_DIR/summary.txt" 2>&1 || true
     emu_stop || rc=1
     topo_cleanup
-    python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" || rc=1
+    if [ "$topo" != crash ]; then
+        python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" || rc=1
+    fi
     cat "$RUN_DIR/summary.txt"
     if [ "$rc" -eq 0 ]; then
         step "e2e: topology '$topo' PASSED in $((SECONDS - start)) s (logs: $RUN_DIR)"
