@@ -32,10 +32,21 @@ KBUILD_DIR="${KBUILD_DIR:-$CACHE_DIR/kernel/work/$PKGVER/obj}"
 KREL="$(cat "$KBUILD_DIR/include/config/kernel.release" 2>/dev/null)"
 # The build tree holds whichever variant (stock, prezero, nozero) was built last; the
 # variants differ only in SMC's buffer zeroing, so use the kernel that matches the tree.
-KOUT=""
-for d in "$BUILD_DIR/kernel-$KERNEL" "$BUILD_DIR/kernel-$KERNEL"-*; do
-    [ -f "$d/bzImage" ] && [ "$(cat "$d/kernel.release" 2>/dev/null)" = "$KREL" ] && { KOUT="$d"; break; }
-done
+find_kout() {
+    KOUT=""
+    local d
+    for d in "$BUILD_DIR/kernel-$KERNEL" "$BUILD_DIR/kernel-$KERNEL"-*; do
+        [ -f "$d/bzImage" ] && [ "$(cat "$d/kernel.release" 2>/dev/null)" = "$KREL" ] && { KOUT="$d"; return 0; }
+    done
+    return 1
+}
+if ! find_kout; then
+    # The tree was last built for another variant than the ones published in this
+    # BUILD_DIR (a fresh clone shares the cache): publish that variant (cached: seconds).
+    case "$KREL" in *-prezero) tree_variant=prezero ;; *-nozero) tree_variant=nozero ;; *) tree_variant=stock ;; esac
+    KERNEL="$KERNEL" VARIANT="$tree_variant" "$REPO_ROOT/guest-tests/build-kernel.sh" >&2 || true
+    find_kout || true
+fi
 [ -n "$KOUT" ] || missing "a built kernel of release '$KREL' (the release of $KBUILD_DIR) in $BUILD_DIR/kernel-$KERNEL*"
 ISM_KO="$(find "$KOUT/lib/modules/$KREL" -name 'ism.ko*' | head -1)"
 [ -n "$ISM_KO" ] || missing "ism.ko in $KOUT/lib/modules/$KREL"
