@@ -9,7 +9,8 @@
 //! - [`fabric`]: the functions of one machine, their DMBs, routing between guests;
 //! - [`dma`]: a guest's IOVA space over its shared RAM;
 //! - [`interrupts`]: the one MSI/MSI-X vector;
-//! - [`observer`]: the host's view: DMB lives, events, control socket.
+//! - [`observer`]: the host's view: DMB lives, events, control socket;
+//! - [`ratelimit`]: keeps guest-triggered log lines from flooding the host's log.
 
 pub mod dma;
 pub mod fabric;
@@ -17,6 +18,7 @@ pub mod interrupts;
 pub mod ism;
 pub mod observer;
 pub mod pci;
+pub mod ratelimit;
 pub mod server;
 pub mod testkit;
 

@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
+use std::time::Instant;
 
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
@@ -16,6 +17,7 @@ use super::command::{self, HEADER_LEN};
 use super::MAX_MOVE_LEN;
 use crate::fabric::{Fabric, FunctionId};
 use crate::pci::{Bar, ConfigSpace, Region};
+use crate::ratelimit::RateLimit;
 
 const COMMAND_AREA: usize = Bar::Command.size() as usize;
 
@@ -26,6 +28,7 @@ pub struct IsmFunction {
     /// A client is talking to us. Set by its first request, not by `accept`, which
     /// happens inside `vfio_user::Server::run` where we cannot see it.
     attached: bool,
+    guest_errors: RateLimit,
     config: ConfigSpace,
     command_area: Box<[u8; COMMAND_AREA]>,
 }
@@ -42,6 +45,7 @@ impl IsmFunction {
             id,
             name,
             attached: false,
+            guest_errors: RateLimit::default(),
             config: ConfigSpace::ism(),
             command_area: Box::new([0; COMMAND_AREA]),
         }
@@ -59,12 +63,14 @@ impl IsmFunction {
             self.fabric.execute(self.id, cmd)
         });
         if let Err(e) = &result {
-            log::warn!(
-                "{} (gid {:#018x}): command {opcode:#x} failed with ret {:#06x}: {e}",
-                self.name,
-                self.gid(),
-                e.ret()
-            );
+            if self.guest_errors_may_log() {
+                log::warn!(
+                    "{} (gid {:#018x}): command {opcode:#x} failed with ret {:#06x}: {e}",
+                    self.name,
+                    self.gid(),
+                    e.ret()
+                );
+            }
         }
         command::encode(&mut self.command_area[..], opcode, &result);
     }
@@ -79,6 +85,14 @@ impl IsmFunction {
                     "command area access {offset:#x}+{len} out of range"
                 ))
             })
+    }
+
+    /// Whether a guest-caused warning may be logged now (see `ratelimit`).
+    fn guest_errors_may_log(&mut self) -> bool {
+        let name = &self.name;
+        self.guest_errors.allow(Instant::now(), |n| {
+            log::warn!("{name}: {n} more failed commands or rejected moves not logged");
+        })
     }
 
     /// Called when the client goes away for good.
@@ -149,12 +163,14 @@ impl ServerBackend for IsmFunction {
                     return Err(invalid(format!("move of {} bytes", data.len())));
                 }
                 if let Err(e) = self.fabric.move_data(self.id, offset, data) {
-                    log::warn!(
-                        "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected: {e}",
-                        self.name,
-                        self.gid(),
-                        data.len()
-                    );
+                    if self.guest_errors_may_log() {
+                        log::warn!(
+                            "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected: {e}",
+                            self.name,
+                            self.gid(),
+                            data.len()
+                        );
+                    }
                     return Err(invalid(e.to_string()));
                 }
             }
