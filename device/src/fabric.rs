@@ -593,7 +593,7 @@ impl Fabric {
                 ),
             }
         }
-        self.observer.after_move(dmb, &owner.dma, &addr, data);
+        self.observer.after_move(dmb, &addr, data);
         Ok(())
     }
 

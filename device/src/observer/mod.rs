@@ -210,7 +210,7 @@ impl Observer {
         }
     }
 
-    pub(crate) fn after_move(&self, dmb: &Dmb, _mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
+    pub(crate) fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) {
         let events = self.tracker().after_move(dmb, addr, data);
         for e in events {
             self.emit(e);
