@@ -150,9 +150,6 @@ pub struct Dmb {
     pub vlan_valid: bool,
     pub vlan_id: u32,
     pub registered_at_us: u64,
-    pub moves: u64,
-    pub bytes: u64,
-    pub signals: u64,
 }
 
 pub struct FabricState {
@@ -175,7 +172,7 @@ pub fn now_us() -> u64 {
 }
 
 impl Fabric {
-    /// A fabric of functions named `names`, with GIDs `gids` (same order).
+    /// A fabric of the given `(name, gid)` functions; a function's id is its position.
     pub fn new(chid: u16, functions: Vec<(String, u64)>, observer: Observer) -> Self {
         let functions = functions
             .into_iter()
@@ -487,9 +484,6 @@ impl Fabric {
             vlan_valid: req.vlan_valid != 0,
             vlan_id: req.vlan_id,
             registered_at_us: now_us(),
-            moves: 0,
-            bytes: 0,
-            signals: 0,
         };
         log::debug!(
             "{} (gid {:#018x}): DMB token {:#x} registered: {} bytes at IOVA {:#x}, sba_idx {}, peer {:#018x}",
@@ -536,7 +530,7 @@ impl Fabric {
         let sender_gid = st.functions[sender].gid;
         let dmb = st
             .dmbs
-            .get_mut(&addr.token)
+            .get(&addr.token)
             .ok_or(MoveError::UnknownToken(addr.token))?;
         if dmb.owner != sender && dmb.rgid != sender_gid {
             return Err(MoveError::WrongSender {
@@ -566,12 +560,9 @@ impl Fabric {
             .dma
             .write(dmb.iova + u64::from(addr.offset), data)
             .map_err(MoveError::OwnerUnmapped)?;
-        dmb.moves += 1;
-        dmb.bytes += data.len() as u64;
         owner.counters.moves_in += 1;
         owner.counters.bytes_in += data.len() as u64;
         if addr.signal {
-            dmb.signals += 1;
             owner.counters.signals_in += 1;
             match owner.sba {
                 Some(sba) => match sba.signal_dmb(&owner.dma, dmb.sba_idx, addr.dmbe) {

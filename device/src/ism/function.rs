@@ -25,6 +25,8 @@ pub struct IsmFunction {
     fabric: Arc<Fabric>,
     id: FunctionId,
     name: String,
+    /// Fixed for the function's life; kept here so log lines need no fabric lock.
+    gid: u64,
     /// A client is talking to us. Set by its first request, not by `accept`, which
     /// happens inside `vfio_user::Server::run` where we cannot see it.
     attached: bool,
@@ -39,20 +41,20 @@ fn invalid(msg: String) -> io::Error {
 
 impl IsmFunction {
     pub fn new(fabric: Arc<Fabric>, id: FunctionId) -> Self {
-        let name = fabric.lock().functions[id].name.clone();
+        let (name, gid) = {
+            let st = fabric.lock();
+            (st.functions[id].name.clone(), st.functions[id].gid)
+        };
         Self {
             fabric,
             id,
             name,
+            gid,
             attached: false,
             guest_errors: RateLimit::default(),
             config: ConfigSpace::ism(),
             command_area: Box::new([0; COMMAND_AREA]),
         }
-    }
-
-    fn gid(&self) -> u64 {
-        self.fabric.gid(self.id)
     }
 
     /// Runs the request now in the command area and leaves the response there.
@@ -67,7 +69,7 @@ impl IsmFunction {
                 log::warn!(
                     "{} (gid {:#018x}): command {opcode:#x} failed with ret {:#06x}: {e}",
                     self.name,
-                    self.gid(),
+                    self.gid,
                     e.ret()
                 );
             }
@@ -167,7 +169,7 @@ impl ServerBackend for IsmFunction {
                         log::warn!(
                             "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected: {e}",
                             self.name,
-                            self.gid(),
+                            self.gid,
                             data.len()
                         );
                     }
