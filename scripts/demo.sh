@@ -7,14 +7,9 @@ source "$REPO_ROOT/scripts/topology.sh"
 
 check_artefacts
 topo_init "$BUILD_DIR/demo"
-step "starting the emulator: 2 ISM functions on one fabric, CHID $CHID"
-emu_start 2
-step "booting guest a (10.0.0.1, server) and guest b (10.0.0.2, client) under QEMU TCG"
-guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcsuite server 10.0.0.1 echo stream seq
-guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcsuite client 10.0.0.1 echo stream seq
+step "starting the emulator (2 ISM functions on one fabric, CHID $CHID) and guests a (10.0.0.1, server) and b (10.0.0.2, client) under QEMU TCG"
 ok=0
-guest_wait a || ok=1
-guest_wait b || ok=1
+run_pair echo stream seq || ok=1
 
 echo
 echo "=== what the guests' kernels say (smctest, via AF_SMC sock_diag) ==="

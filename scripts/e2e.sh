@@ -28,18 +28,6 @@ check_artefacts
 mkdir -p "$E2E_DIR"
 failed=()
 
-run_two() {
-    emu_start 2
-    # shellcheck disable=SC2086
-    guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcsuite server 10.0.0.1 $TESTS
-    # shellcheck disable=SC2086
-    guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcsuite client 10.0.0.1 $TESTS
-    local ok=0
-    guest_wait a || ok=1
-    guest_wait b || ok=1
-    return $ok
-}
-
 run_self() {
     emu_start 1
     # shellcheck disable=SC2086
@@ -89,7 +77,8 @@ for topo in "${topologies[@]}"; do
     start=$SECONDS
     rc=0
     case "$topo" in
-        two) run_two || rc=1 ;;
+        # shellcheck disable=SC2086
+        two) run_pair $TESTS || rc=1 ;;
         self) run_self || rc=1 ;;
         crash) run_crash || rc=1 ;;
         *) die "unknown topology '$topo' (two, self, crash)" ;;

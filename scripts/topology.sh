@@ -112,3 +112,16 @@ guest_wait() {
         return 1
     fi
 }
+
+# run_pair TEST...: the two-guest topology. Guest a (10.0.0.1) serves, guest b
+# (10.0.0.2) connects, both on one fabric of 2 functions; runs the smcsuite TESTs and
+# waits for both. 0 if both passed.
+run_pair() {
+    emu_start 2
+    guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcsuite server 10.0.0.1 "$@"
+    guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcsuite client 10.0.0.1 "$@"
+    local ok=0
+    guest_wait a || ok=1
+    guest_wait b || ok=1
+    return $ok
+}
