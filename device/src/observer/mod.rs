@@ -176,6 +176,12 @@ impl Observer {
         });
     }
 
+    pub fn emit_all(&self, events: impl IntoIterator<Item = ObservedEvent>) {
+        for event in events {
+            self.emit(event);
+        }
+    }
+
     /// A live feed of every event from now on.
     pub fn follow(&self) -> Receiver<String> {
         let (tx, rx) = sync_channel(4096);
@@ -198,32 +204,24 @@ impl Observer {
 
     pub(crate) fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str) {
         let events = self.tracker().unregister(dmb, reason, function);
-        for e in events {
-            self.emit(e);
-        }
+        self.emit_all(events);
     }
 
     pub(crate) fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
         let events = self.tracker().before_move(dmb, mem, addr, data);
-        for e in events {
-            self.emit(e);
-        }
+        self.emit_all(events);
     }
 
     pub(crate) fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) {
         let events = self.tracker().after_move(dmb, addr, data);
-        for e in events {
-            self.emit(e);
-        }
+        self.emit_all(events);
     }
 
     /// Checks closed connections' DMBs for zeroing. Called periodically by the watcher;
     /// `is_zero(token)` tells whether that DMB is all zero now (None: unreadable).
     pub fn poll_zeroing(&self, is_zero: impl Fn(u64) -> Option<bool>) {
         let events = self.tracker().poll_zeroing(is_zero);
-        for e in events {
-            self.emit(e);
-        }
+        self.emit_all(events);
     }
 
     pub fn summaries(&self) -> Vec<DmbSummary> {
