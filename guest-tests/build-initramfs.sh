@@ -14,8 +14,6 @@
 # inputs (kernel result, busybox package, init, programs, this script) changes.
 source "$(dirname "$0")/../scripts/lib.sh"
 
-KERNEL="${KERNEL:-6.12}"
-VARIANT="${VARIANT:-stock}"
 INITRAMFS_MODULES="${INITRAMFS_MODULES:-ism smc smc_diag}"
 
 # ---- The one place that names the busybox package. -------------------------------------
@@ -23,26 +21,23 @@ BUSYBOX_SUITE=trixie
 BUSYBOX_VER=1:1.37.0-6+b9
 # -----------------------------------------------------------------------------------------
 
-need_host_packages kmod cpio gzip dpkg xz-utils zstd make
+need_packages initramfs
 
-SUFFIX="$KERNEL"; [ "$VARIANT" != stock ] && SUFFIX="$KERNEL-$VARIANT"
-KOUT="$BUILD_DIR/kernel-$SUFFIX"
+SUFFIX="$(kernel_suffix)"
+KOUT="$(kernel_dir)"
 [ -f "$KOUT/bzImage" ] && [ -f "$KOUT/kernel.release" ] \
     || die "no kernel in $KOUT: run 'make kernel KERNEL=$KERNEL VARIANT=$VARIANT' first"
 KREL="$(cat "$KOUT/kernel.release")"
 KRESULT="$(readlink -f "$KOUT")"
-OUT="$BUILD_DIR/initramfs-$SUFFIX.cpio.gz"
+OUT="$(guest_initrd)"
 
 # ---- busybox-static for s390x ----------------------------------------------------------
 BBDIR="$CACHE_DIR/initramfs/busybox"
 BBDEB="$BBDIR/busybox-static_${BUSYBOX_VER#*:}_s390x.deb"
 if [ ! -f "$BBDEB" ]; then
     step "downloading busybox-static $BUSYBOX_VER (Debian $BUSYBOX_SUITE, s390x)"
-    rm -rf "$BBDIR/dl"; mkdir -p "$BBDIR/dl"
-    (cd "$BBDIR/dl" && papt "$BUSYBOX_SUITE" s390x -qq download "busybox-static=$BUSYBOX_VER" >&2) || {
-        have="$(APT_CONFIG="$(papt_dir "$BUSYBOX_SUITE" s390x)/apt.conf" apt-cache madison busybox-static 2>/dev/null | awk '/Packages$/ {print $3}' | sort -uV | xargs)"
-        die "Debian $BUSYBOX_SUITE (s390x) no longer offers busybox-static=$BUSYBOX_VER (it has: ${have:-nothing}). Update BUSYBOX_VER in guest-tests/build-initramfs.sh."
-    }
+    rm -rf "$BBDIR/dl"
+    papt_download "$BUSYBOX_SUITE" s390x busybox-static "$BUSYBOX_VER" "$BBDIR/dl" "guest-tests/build-initramfs.sh (BUSYBOX_VER)"
     mv "$BBDIR"/dl/busybox-static_*_s390x.deb "$BBDEB"
 fi
 
@@ -95,12 +90,7 @@ while read -r kind path _; do
     [ "$kind" = insmod ] || continue        # "builtin ..." needs nothing
     rel="${path#"$KRESULT/lib/modules/$KREL/"}"
     mkdir -p "$IMODS/$(dirname "$rel")"
-    case "$rel" in
-        *.ko.xz)  xz -dc "$path" >"$IMODS/${rel%.xz}" ;;
-        *.ko.zst) zstd -qdc "$path" >"$IMODS/${rel%.zst}" ;;
-        *.ko.gz)  gzip -dc "$path" >"$IMODS/${rel%.gz}" ;;
-        *)        cp "$path" "$IMODS/$rel" ;;
-    esac
+    decompress_ko "$path" "$IMODS/${rel%.ko*}.ko"
 done <<<"$mods"
 for f in modules.order modules.builtin modules.builtin.modinfo; do
     [ -f "$KMODS/$f" ] && cp "$KMODS/$f" "$IMODS/"

@@ -19,9 +19,6 @@
 # place, so only the patched files are recompiled). They are never part of a result.
 source "$(dirname "$0")/../scripts/lib.sh"
 
-KERNEL="${KERNEL:-6.12}"
-VARIANT="${VARIANT:-stock}"
-
 # ---- The one place that names the source package of each kernel line. ----------------
 # SUITE  Debian suite that carries the package; PKG  binary package; PKGVER  exact version.
 case "$KERNEL" in
@@ -58,15 +55,13 @@ export KBUILD_BUILD_USER=ism-emu KBUILD_BUILD_HOST=ism-emu
 LOCALVERSION=""
 [ "$VARIANT" != stock ] && LOCALVERSION="-$VARIANT"
 
-need_host_packages gcc-s390x-linux-gnu binutils-s390x-linux-gnu make bc bison flex \
-    libssl-dev libelf-dev kmod cpio xz-utils zstd perl patch
+need_packages kernel
 
 GCCVER="$(${CROSS_COMPILE}gcc --version | head -n1)"
 HASH="$(input_hash "$PKG=$PKGVER" "$GCCVER" "$VARIANT" "${FRAGMENTS[@]}" "${PATCHES[@]}" \
     "$REPO_ROOT/guest-tests/build-kernel.sh")"
 RESULT="$CACHE_DIR/kernel/$PKGVER-$VARIANT-$HASH"
-OUT="$BUILD_DIR/kernel-$KERNEL"
-[ "$VARIANT" != stock ] && OUT="$OUT-$VARIANT"
+OUT="$(kernel_dir)"
 
 publish() {
     mkdir -p "$BUILD_DIR"
@@ -95,11 +90,8 @@ fi
 DEB="$WORK/${PKG}_${PKGVER}_all.deb"
 if [ ! -f "$DEB" ]; then
     step "downloading $PKG $PKGVER (Debian $SUITE)"
-    rm -rf "$WORK/dl"; mkdir -p "$WORK/dl"    # download aside, then move: never a partial .deb
-    (cd "$WORK/dl" && papt "$SUITE" amd64 -qq download "$PKG=$PKGVER" >&2) || {
-        have="$(APT_CONFIG="$(papt_dir "$SUITE" amd64)/apt.conf" apt-cache madison "$PKG" 2>/dev/null | awk '/Packages$/ {print $3}' | sort -uV | xargs)"
-        die "Debian $SUITE no longer offers $PKG=$PKGVER (it has: ${have:-nothing}). Update PKGVER for KERNEL=$KERNEL in guest-tests/build-kernel.sh."
-    }
+    rm -rf "$WORK/dl"    # download aside, then move: never a partial .deb
+    papt_download "$SUITE" amd64 "$PKG" "$PKGVER" "$WORK/dl" "guest-tests/build-kernel.sh (PKGVER for KERNEL=$KERNEL)"
     mv "$WORK"/dl/"${PKG}"_*_all.deb "$DEB" 2>/dev/null || die "download of $PKG=$PKGVER produced no .deb"
     rm -rf "$WORK/dl"
 fi

@@ -5,8 +5,11 @@
 # template qemu-configs/guest.args; this script only fills it in and runs it.
 #
 # Usage: qemu-configs/run-guest.sh [options] [-- extra QEMU arguments]
-#   -k, --kernel PATH     guest kernel          (GUEST_KERNEL; default $BUILD_DIR/kernel-$KERNEL/bzImage)
-#   -i, --initrd PATH     initramfs, optional   (GUEST_INITRD)
+#   -k, --kernel PATH     guest kernel          (GUEST_KERNEL; default: the built kernel of
+#                         the selected line and variant, $BUILD_DIR/kernel-$KERNEL[-$VARIANT]/bzImage)
+#   -i, --initrd PATH     initramfs             (GUEST_INITRD; default: the built initramfs
+#                         of that line and variant, $BUILD_DIR/initramfs-$KERNEL[-$VARIANT].cpio.gz;
+#                         "none" boots without one)
 #   -a, --append STRING   kernel command line   (GUEST_APPEND; default "console=ttysclp0")
 #   --ism SOCKET          add an ISM function served at this vfio-user socket; repeat for
 #                         more (ISM_SOCKS, space-separated). The n-th gets uid=fid=n+1
@@ -25,6 +28,7 @@
 #   --mem SIZE            guest RAM (MEM; default 1G)    --smp N   vCPUs (SMP; default 2)
 #   --socket-wait SECONDS how long to wait for ISM sockets to appear (SOCKET_WAIT; default 10)
 #   --qemu PATH           QEMU binary (QEMU; default $BUILD_DIR/qemu/bin/qemu-system-s390x)
+#   --pidfile PATH        QEMU writes its pid there (PIDFILE), e.g. to kill the guest hard
 #   --dry-run             print the command line and exit
 #
 # Exit status: 0 when QEMU exited normally (the guest powered off or rebooted, which
@@ -40,11 +44,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 ARGS_FILE="$REPO_ROOT/qemu-configs/guest.args"
 QEMU="${QEMU:-$BUILD_DIR/qemu/bin/qemu-system-s390x}"
-GUEST_KERNEL="${GUEST_KERNEL:-$BUILD_DIR/kernel-${KERNEL:-6.12}/bzImage}"
-GUEST_INITRD="${GUEST_INITRD:-}"
+GUEST_KERNEL="${GUEST_KERNEL:-$(guest_kernel)}"
+GUEST_INITRD="${GUEST_INITRD:-$(guest_initrd)}"
 GUEST_APPEND="${GUEST_APPEND:-console=ttysclp0}"
 read -r -a ism_socks <<<"${ISM_SOCKS:-}"
-CHID="${CHID:-0x1234}"
 NET_SOCK="${NET_SOCK:-}"
 NET_SERVER="${NET_SERVER:-on}"
 MAC="${MAC:-}"
@@ -55,6 +58,7 @@ TIMEOUT="${TIMEOUT:-300}"
 MEM="${MEM:-1G}"
 SMP="${SMP:-2}"
 SOCKET_WAIT="${SOCKET_WAIT:-10}"
+PIDFILE="${PIDFILE:-}"
 DRY_RUN=0
 extra=()
 
@@ -79,6 +83,7 @@ while [ $# -gt 0 ]; do
         --smp) need_arg "$@"; SMP="$2"; shift 2 ;;
         --socket-wait) need_arg "$@"; SOCKET_WAIT="$2"; shift 2 ;;
         --qemu) need_arg "$@"; QEMU="$2"; shift 2 ;;
+        --pidfile) need_arg "$@"; PIDFILE="$2"; shift 2 ;;
         --dry-run) DRY_RUN=1; shift ;;
         -h|--help) usage 0 ;;
         --) shift; extra=("$@"); break ;;
@@ -90,8 +95,10 @@ done
 [[ "$NAME" =~ ^[A-Za-z0-9._-]+$ ]] || die "--name must be letters, digits, . _ -"
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
 [ -x "$QEMU" ] || die "no QEMU at $QEMU: run qemu-configs/build-qemu.sh (make qemu) first"
-[ -f "$GUEST_KERNEL" ] || die "no guest kernel at $GUEST_KERNEL (give --kernel PATH or GUEST_KERNEL)"
-[ -z "$GUEST_INITRD" ] || [ -f "$GUEST_INITRD" ] || die "no initrd at $GUEST_INITRD"
+[ -f "$GUEST_KERNEL" ] || die "no guest kernel at $GUEST_KERNEL: run 'make images' (KERNEL=$KERNEL VARIANT=$VARIANT), or give --kernel PATH"
+[ "$GUEST_INITRD" != none ] || GUEST_INITRD=""
+[ -z "$GUEST_INITRD" ] || [ -f "$GUEST_INITRD" ] \
+    || die "no initramfs at $GUEST_INITRD: run 'make images' (KERNEL=$KERNEL VARIANT=$VARIANT), or give --initrd PATH (or none)"
 [[ "$CHID" =~ ^(0[xX][0-9a-fA-F]{1,4}|[0-9]{1,5})$ ]] || die "--chid $CHID is not a 16-bit number"
 if [[ "$CHID" == 0[xX]* ]]; then chid_val=$((CHID)); else chid_val=$((10#$CHID)); fi
 { [ "$chid_val" -gt 0 ] && [ "$chid_val" -lt $((0xFF00)) ]; } \
@@ -154,7 +161,9 @@ if [ -n "$NET_SOCK" ]; then
     emit_section "net-$( [ "$NET_SERVER" = on ] && echo server || echo client )"
     emit_section net
 fi
-cmd+=(-name "$NAME,process=qemu-$NAME" "${extra[@]}")
+cmd+=(-name "$NAME,process=qemu-$NAME")
+[ -z "$PIDFILE" ] || cmd+=(-pidfile "$PIDFILE")
+cmd+=("${extra[@]}")
 
 if [ "$DRY_RUN" = 1 ]; then
     shq() { if [[ "$1" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then printf '%s' "$1"; else printf "'%s'" "${1//\'/\'\\\'\'}"; fi; }
@@ -177,6 +186,7 @@ for s in "${ism_socks[@]}"; do
     [ -S "$s" ] || die "no vfio-user socket at $s after ${SOCKET_WAIT}s: is ism-emu serving it?"
 done
 
+step "guest $NAME: kernel $GUEST_KERNEL, initramfs ${GUEST_INITRD:-none}"
 step "starting guest $NAME (timeout ${TIMEOUT}s, ${#ism_socks[@]} ISM function(s)${NET_SOCK:+, NIC server=$NET_SERVER}); console: $CONSOLE_LOG"
 : >"$CONSOLE_LOG"
 start=$SECONDS

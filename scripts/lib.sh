@@ -13,16 +13,36 @@ set -euo pipefail
 unset MAKEFLAGS MFLAGS MAKELEVEL
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The project's defaults (kernel line, variant, CHID): one place, scripts/config.sh.
+source "$REPO_ROOT/scripts/config.sh"
 CACHE_DIR="${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ism-emu}"
 BUILD_DIR="${BUILD_DIR:-$REPO_ROOT/build}"
-# Debian's archive; override with DEBIAN_MIRROR to use a local mirror.
-DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# Debian's archive: by default the one the host's apt is configured with (see
+# debian_mirror); set DEBIAN_MIRROR to use another.
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-}"
 # Fallback copies of source packages the archive may have dropped (see shared/mirror/README.md).
 SHARED_MIRROR="${SHARED_MIRROR:-$REPO_ROOT/../shared/mirror/debian}"
+# What package installs and downloads print goes here, not to the console.
+SETUP_LOG="${SETUP_LOG:-$BUILD_DIR/logs/setup.log}"
 
 step() { printf '==> [%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 warn() { printf 'warning: %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# logged WHAT CMD...: runs CMD with its output appended to $SETUP_LOG. On failure the
+# last lines of that output are shown, and CMD's status is returned.
+logged() {
+    local what="$1" rc=0 mark; shift
+    mkdir -p "$(dirname "$SETUP_LOG")"
+    printf '\n### [%s] %s: %s\n' "$(date '+%F %T')" "$what" "$*" >>"$SETUP_LOG"
+    mark="$(wc -l <"$SETUP_LOG")"
+    "$@" >>"$SETUP_LOG" 2>&1 </dev/null || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        printf 'error: %s failed (status %s); its last lines (whole log: %s):\n' "$what" "$rc" "$SETUP_LOG" >&2
+        tail -n +"$((mark + 1))" "$SETUP_LOG" | tail -n 25 | sed 's/^/  | /' >&2
+    fi
+    return "$rc"
+}
 
 # input_hash FILE|DIR|STRING... -> 16 hex digits over the contents of files (sorted walk of
 # directories) and the literal text of the other arguments.
@@ -39,20 +59,72 @@ input_hash() {
     done | sha256sum | cut -c1-16
 }
 
-# Host packages from the host's own (Debian 12) sources; installs only what is missing.
+# decompress_ko SRC DEST: a kernel module as the kernel installed it (.ko, .ko.xz,
+# .ko.zst or .ko.gz) into the plain .ko DEST (busybox insmod reads no compressed modules).
+decompress_ko() {
+    case "$1" in
+        *.xz) xz -dc "$1" >"$2" ;;
+        *.zst) zstd -qdc "$1" >"$2" ;;
+        *.gz) gzip -dc "$1" >"$2" ;;
+        *) cp "$1" "$2" ;;
+    esac
+}
+
+# debian_mirror: the base URL of Debian's main archive as the host's apt is configured
+# (the source of the host release's own suite), or $DEBIAN_MIRROR when that is set.
+debian_mirror() {
+    if [ -z "$DEBIAN_MIRROR" ]; then
+        local codename
+        codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+        [ -n "$codename" ] || die "/etc/os-release names no release; set DEBIAN_MIRROR to Debian's archive"
+        DEBIAN_MIRROR="$(apt-get update --print-uris 2>/dev/null \
+            | sed -n "s|^'\(.*\)/dists/$codename/InRelease'.*|\1|p" | head -n1)"
+        [ -n "$DEBIAN_MIRROR" ] \
+            || die "the host's apt configuration has no source for Debian $codename; set DEBIAN_MIRROR to Debian's archive"
+    fi
+    printf '%s\n' "$DEBIAN_MIRROR"
+}
+
+# need_host_packages PKG...: installs what is missing from the host's own (Debian 12)
+# sources. Prefer need_packages STEP, which takes the list from scripts/host-packages.
 need_host_packages() {
     local missing=() p
     for p in "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
-    step "installing host packages: ${missing[*]}"
+    step "installing host packages (Debian's, from the host's apt sources): ${missing[*]}"
     if [ ! -f "$CACHE_DIR/.host-apt-updated" ] || [ -n "$(find "$CACHE_DIR/.host-apt-updated" -mmin +1440)" ]; then
-        apt-get update -qq >&2 || die "apt-get update failed"
+        logged "apt-get update" apt-get update || die "apt-get update failed"
         mkdir -p "$CACHE_DIR" && touch "$CACHE_DIR/.host-apt-updated"
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 \
+    logged "installing ${missing[*]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "${missing[@]}" \
         || die "could not install host packages: ${missing[*]}"
+}
+
+# need_packages STEP...: the host packages scripts/host-packages lists for these steps.
+need_packages() {
+    local s pkgs=() line
+    for s in "$@"; do
+        line="$(sed -n "s/^$s:[[:space:]]*//p" "$REPO_ROOT/scripts/host-packages")"
+        [ -n "$line" ] || die "scripts/host-packages has no line for step '$s'"
+        read -r -a more <<<"$line"
+        pkgs+=("${more[@]}")
+    done
+    need_host_packages "${pkgs[@]}"
+}
+
+# papt_download SUITE ARCH PKG VERSION DIR WHERE: downloads one binary package into DIR;
+# if the archive no longer has that version, dies naming the versions it has and WHERE
+# (the file that pins the version).
+papt_download() {
+    local suite="$1" arch="$2" pkg="$3" ver="$4" dir="$5" where="$6" have
+    mkdir -p "$dir"
+    (cd "$dir" && logged "downloading $pkg=$ver (Debian $suite, $arch)" papt "$suite" "$arch" -q download "$pkg=$ver") && return 0
+    have="$(APT_CONFIG="$(papt_dir "$suite" "$arch")/apt.conf" apt-cache madison "$pkg" 2>/dev/null \
+        | awk '/Packages$/ {print $3}' | sort -uV | xargs)"
+    die "Debian $suite ($arch) does not offer $pkg=$ver (it has: ${have:-nothing}). Update the version in $where."
 }
 
 # papt SUITE ARCH apt-get-args...
@@ -62,14 +134,14 @@ need_host_packages() {
 papt_dir() { printf '%s/apt/%s-%s' "$CACHE_DIR" "$1" "$2"; }
 papt() {
     local suite="$1" arch="$2"; shift 2
-    local dir; dir="$(papt_dir "$suite" "$arch")"
+    local dir mirror sources
+    dir="$(papt_dir "$suite" "$arch")"
+    mirror="$(debian_mirror)"
+    sources="deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main"
     if [ ! -f "$dir/apt.conf" ]; then
         mkdir -p "$dir"/{lists/partial,cache/archives/partial,etc/preferences.d,etc/apt.conf.d}
         : >"$dir/status"
-        cat >"$dir/sources.list" <<SRC
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $DEBIAN_MIRROR $suite main
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $DEBIAN_MIRROR $suite main
-SRC
         cat >"$dir/apt.conf" <<CONF
 APT::Architecture "$arch";
 APT::Architectures { "$arch"; };
@@ -91,11 +163,17 @@ CONF
             echo 'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt.conf.d/50valid-until"
         fi
     fi
+    # A changed mirror (DEBIAN_MIRROR, or the host's apt sources) means fresh indexes.
+    if [ "$(cat "$dir/sources.list" 2>/dev/null)" != "$sources" ]; then
+        printf '%s\n' "$sources" >"$dir/sources.list"
+        rm -f "$dir/updated"
+    fi
     if [ ! -f "$dir/updated" ] || [ -n "$(find "$dir/updated" -mmin +1440)" ]; then
-        step "refreshing private apt index: Debian $suite ($arch)"
+        step "refreshing private apt index: Debian $suite ($arch), from Debian's archive as the host's apt names it"
         # --error-on=any: a failed index download is an error, not a warning, so an
         # unreachable archive is never marked fresh.
-        APT_CONFIG="$dir/apt.conf" apt-get -qq --error-on=any update >&2 \
+        APT_CONFIG="$dir/apt.conf" logged "apt-get update (private, Debian $suite $arch)" \
+            apt-get --error-on=any update \
             || die "apt-get update for Debian $suite ($arch) failed (archive unreachable or mid-sync?); try again later"
         touch "$dir/updated"
     fi

@@ -3,10 +3,7 @@
 # (installed as an EXIT trap by `topo_init`), so nothing outlives the script.
 
 EMU_BIN="${EMU_BIN:-$REPO_ROOT/target/release/ism-emu}"
-CHID="${CHID:-0x1234}"
 GUEST_TIMEOUT="${GUEST_TIMEOUT:-600}"
-KERNEL="${KERNEL:-6.12}"
-VARIANT="${VARIANT:-stock}"
 
 _topo_pids=()
 EMU_PID=""
@@ -30,11 +27,6 @@ topo_cleanup() {
     done
     _topo_pids=()
 }
-
-# The artefacts of the selected kernel line and variant.
-kernel_suffix() { [ "$VARIANT" = stock ] && echo "$KERNEL" || echo "$KERNEL-$VARIANT"; }
-guest_kernel() { echo "$BUILD_DIR/kernel-$(kernel_suffix)/bzImage"; }
-guest_initrd() { echo "$BUILD_DIR/initramfs-$(kernel_suffix).cpio.gz"; }
 
 check_artefacts() {
     local f
@@ -89,10 +81,19 @@ guest_start() {
         --ism "$sock" --chid "$CHID" \
         --net-socket "$RUN_DIR/net.sock" --net-server "$net_server" \
         --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
+        --pidfile "$RUN_DIR/$name.qemu.pid" \
         >"$RUN_DIR/$name.run.log" 2>&1 &
     local pid=$!
     _topo_pids+=("$pid")
     printf -v "GUEST_PID_$name" '%s' "$pid"
+}
+
+# guest_kill NAME: SIGKILL to that guest's QEMU (by the pid QEMU wrote), as a crash.
+guest_kill() {
+    local pidfile="$RUN_DIR/$1.qemu.pid" pid i
+    for ((i = 0; i < 50; i++)); do [ -s "$pidfile" ] && break; sleep 0.1; done
+    pid="$(cat "$pidfile" 2>/dev/null)" && [ -n "$pid" ] || return 1
+    kill -KILL "$pid"
 }
 
 # guest_wait NAME: waits for the guest; 0 if it ran its program and it passed.

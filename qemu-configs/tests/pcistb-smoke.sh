@@ -19,9 +19,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 HERE="$REPO_ROOT/qemu-configs/tests"
-KERNEL="${KERNEL:-6.12}"
 QEMU="${QEMU:-$BUILD_DIR/qemu/bin/qemu-system-s390x}"
-CHID=0x1234
 missing() { printf 'pcistb-smoke: prerequisite missing: %s\n' "$*" >&2; exit 2; }
 
 [ -x "$QEMU" ] || missing "QEMU ($QEMU): run make qemu"
@@ -51,7 +49,7 @@ fi
 ISM_KO="$(find "$KOUT/lib/modules/$KREL" -name 'ism.ko*' | head -1)"
 [ -n "$ISM_KO" ] || missing "ism.ko in $KOUT/lib/modules/$KREL"
 [ -f "$BUILD_DIR/initramfs-$KERNEL.cpio.gz" ] || missing "$BUILD_DIR/initramfs-$KERNEL.cpio.gz (for busybox): run make initramfs"
-need_host_packages gcc-s390x-linux-gnu make cpio gzip python3 xz-utils zstd
+need_packages qemu-smoke
 
 WORK="$(mktemp -d /tmp/pcistb-smoke.XXXXXX)"
 stub_pid=""
@@ -69,11 +67,7 @@ mkdir -p "$WORK/ir/bin" "$WORK/ir/proc" "$WORK/ir/sys" "$WORK/ir/dev"
 (cd "$WORK/ir" && zcat "$BUILD_DIR/initramfs-$KERNEL.cpio.gz" | cpio -i --quiet bin/busybox) \
     || die "no bin/busybox in $BUILD_DIR/initramfs-$KERNEL.cpio.gz"
 cp "$WORK/mod/stbtest.ko" "$WORK/ir/"
-case "$ISM_KO" in
-    *.xz) xz -dc "$ISM_KO" >"$WORK/ir/ism.ko" ;;
-    *.zst) zstd -qdc "$ISM_KO" >"$WORK/ir/ism.ko" ;;
-    *) cp "$ISM_KO" "$WORK/ir/ism.ko" ;;
-esac
+decompress_ko "$ISM_KO" "$WORK/ir/ism.ko"
 cat >"$WORK/ir/init" <<'EOF'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin

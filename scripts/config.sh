@@ -1,0 +1,19 @@
+# The project's defaults, named once. Sourced by scripts/lib.sh; every variable can be
+# overridden from the environment (the Makefile passes KERNEL and VARIANT through).
+
+# Guest kernel line: 6.12 (Debian trixie, the default) or 7.2 (Debian sid).
+KERNEL="${KERNEL:-6.12}"
+# Guest kernel variant: stock (unmodified), prezero or nozero (negative controls).
+VARIANT="${VARIANT:-stock}"
+# The CHID every emulated ISM function reports (one emulator process = one machine).
+CHID="${CHID:-0x1234}"
+
+# Artefacts of a kernel line and variant (default: the selected ones):
+# build/kernel-6.12/, build/kernel-6.12-prezero/, build/initramfs-6.12.cpio.gz, ...
+kernel_suffix() {
+    local k="${1:-$KERNEL}" v="${2:-$VARIANT}"
+    [ "$v" = stock ] && echo "$k" || echo "$k-$v"
+}
+kernel_dir() { echo "$BUILD_DIR/kernel-$(kernel_suffix "$@")"; }
+guest_kernel() { echo "$(kernel_dir "$@")/bzImage"; }
+guest_initrd() { echo "$BUILD_DIR/initramfs-$(kernel_suffix "$@").cpio.gz"; }

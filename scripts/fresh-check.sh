@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# make fresh-check: README's two commands on a freshly set-up machine.
+#
+# Builds a minimal Debian root of the host's release (mmdebstrap --variant=minbase) that
+# has only make, git and ca-certificates, plus what any machine of this kind has: its
+# trust store, its pip and cargo configuration and its Rust toolchain (bind-mounted
+# read-only). Clones the project's HEAD into it and runs `make demo`, then `make test`
+# there, as root, with an empty cache. Whatever a step needs and the project's own files
+# do not install fails here, loudly, with the last lines of the failing command.
+#
+# Usage: scripts/fresh-check.sh              (or: make fresh-check)
+# Environment: FRESH_DIR (default $BUILD_DIR/fresh: the root, the logs, times.txt),
+#   FRESH_COMMANDS (default "make demo;make test"), FRESH_KEEP=1 keeps the root after a
+#   pass (it is always kept after a failure, for a look inside, until the next run),
+#   DEBIAN_MIRROR (see scripts/lib.sh).
+# Only HEAD is checked: uncommitted changes are not part of the clone.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+FRESH_DIR="${FRESH_DIR:-$BUILD_DIR/fresh}"
+FRESH_COMMANDS="${FRESH_COMMANDS:-make demo;make test}"
+ROOT="$FRESH_DIR/root"
+CODENAME="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+[ -n "$CODENAME" ] || die "/etc/os-release names no release"
+[ "$(id -u)" = 0 ] || die "fresh-check needs root (mmdebstrap, chroot, mounts)"
+command -v rustc >/dev/null || die "no Rust toolchain on PATH (the one prerequisite a user brings)"
+SYSROOT="$(rustc --print sysroot)"
+[ -x "$SYSROOT/bin/cargo" ] || die "the active Rust toolchain ($SYSROOT) has no cargo"
+
+need_packages fresh-check
+
+# A root from an earlier run goes first. Its mounts lived in a private mount namespace
+# and ended with it; refuse to delete anything that is still mounted all the same.
+if grep -qF " $ROOT/" /proc/self/mountinfo; then
+    die "something is still mounted below $ROOT: unmount it first"
+fi
+rm -rf "$ROOT"
+mkdir -p "$FRESH_DIR"
+[ -z "$(git -C "$REPO_ROOT" status --porcelain --untracked-files=no)" ] \
+    || warn "the work tree has uncommitted changes: fresh-check tests HEAD ($(git -C "$REPO_ROOT" rev-parse --short HEAD)) only"
+
+# The root's apt sources: the host's Debian archive for its release, its -updates and
+# -security suites, as the host's apt names them.
+mapfile -t sources < <(apt-get update --print-uris 2>/dev/null \
+    | sed -n "s|^'\\(.*\\)/dists/\\($CODENAME\\(-updates\\|-security\\)\\?\\)/InRelease'.*|deb \\1 \\2 main|p")
+if [ -n "$DEBIAN_MIRROR" ]; then   # the override replaces the host's main archive
+    for i in "${!sources[@]}"; do
+        [[ "${sources[i]}" == *" $CODENAME main" ]] && sources[i]="deb $DEBIAN_MIRROR $CODENAME main"
+    done
+fi
+[ ${#sources[@]} -gt 0 ] || die "the host's apt configuration has no source for Debian $CODENAME; set DEBIAN_MIRROR"
+
+step "fresh-check: building a minimal Debian $CODENAME root in $ROOT (mmdebstrap minbase + make, git, ca-certificates)"
+logged "mmdebstrap" mmdebstrap --variant=minbase --include=make,git,ca-certificates \
+    "$CODENAME" "$ROOT" "${sources[@]}" || die "mmdebstrap failed"
+
+# What every machine of this kind has besides: its trust store (the egress CA among
+# it), name resolution, pip's and cargo's configuration.
+cp -a /usr/local/share/ca-certificates/. "$ROOT/usr/local/share/ca-certificates/"
+cp -a /etc/ssl/certs/. "$ROOT/etc/ssl/certs/"
+cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+for f in /etc/pip.conf /root/.config/pip/pip.conf /root/.pip/pip.conf \
+    /root/.cargo/config.toml /root/.cargo/config; do
+    if [ -f "$f" ]; then mkdir -p "$ROOT$(dirname "$f")" && cp "$f" "$ROOT$f"; fi
+done
+
+step "fresh-check: cloning HEAD ($(git -C "$REPO_ROOT" log -1 --format='%h %s'))"
+mkdir -p "$ROOT/work"
+git clone -q "$REPO_ROOT" "$ROOT/work/main" || die "git clone failed"
+SHARED=""
+[ -d "$REPO_ROOT/../shared" ] && SHARED="$(cd "$REPO_ROOT/../shared" && pwd)"
+[ -n "$SHARED" ] && mkdir -p "$ROOT/work/shared"
+mkdir -p "$ROOT$SYSROOT"
+
+# The environment inside: a login's basics, the toolchain's bin, and the machine's own
+# pip/proxy settings; nothing else of the caller's.
+envs=(HOME=/root LANG=C.UTF-8 TERM=dumb USER=root
+    "PATH=$SYSROOT/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+while IFS= read -r v; do envs+=("$v"); done < <(env | grep -E '^(PIP_[A-Z_]+|https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)=' || true)
+
+# in_root CMD: runs CMD (a shell command line) in /work/main of the root, in a private
+# mount and pid namespace: /dev, /proc, the toolchain and shared/ are mounted there only
+# for the command's lifetime, and every process it leaves is ended with it.
+in_root() {
+    unshare --mount --pid --fork --kill-child -- bash -euc '
+        root="$1" sysroot="$2" shared="$3"; shift 3
+        mount --make-rprivate /
+        mount --rbind /dev "$root/dev"
+        mount -t proc proc "$root/proc"
+        mount -t sysfs sysfs "$root/sys"
+        mount --bind "$sysroot" "$root$sysroot" && mount -o remount,bind,ro "$root$sysroot"
+        if [ -n "$shared" ]; then
+            mount --bind "$shared" "$root/work/shared" && mount -o remount,bind,ro "$root/work/shared"
+        fi
+        exec chroot "$root" /usr/bin/env -i "$@"
+    ' fresh "$ROOT" "$SYSROOT" "$SHARED" "${envs[@]}" /bin/bash -c "cd /work/main && $1"
+}
+
+: >"$FRESH_DIR/times.txt"
+IFS=';' read -r -a commands <<<"$FRESH_COMMANDS"
+for cmd in "${commands[@]}"; do
+    log="$FRESH_DIR/$(tr -c 'A-Za-z0-9\n' '-' <<<"$cmd").log"
+    step "fresh-check: '$cmd' in the fresh root (cold; log: $log)"
+    start=$SECONDS
+    # The console shows the commands' own step lines and test tallies; the log has all.
+    set +e
+    in_root "$cmd" </dev/null 2>&1 | tee "$log" \
+        | { grep --line-buffered -E '^==> |^[0-9]+ passed, [0-9]+ failed|^test result:|^error' | sed -u 's/^/    | /'; true; }
+    rc=${PIPESTATUS[0]}
+    set -e
+    took=$((SECONDS - start))
+    if [ "$rc" -ne 0 ]; then
+        printf 'error: fresh-check: %s FAILED in the fresh root after %d s; its last lines:\n' "'$cmd'" "$took" >&2
+        tail -n 40 "$log" | sed 's/^/  | /' >&2
+        die "fresh-check failed: '$cmd' (whole log: $log; the root stays in $ROOT)"
+    fi
+    printf '%s\t%d s\n' "$cmd" "$took" | tee -a "$FRESH_DIR/times.txt"
+    step "fresh-check: '$cmd' passed in $took s"
+done
+
+if [ "${FRESH_KEEP:-0}" != 1 ]; then
+    step "fresh-check: removing $ROOT"
+    rm -rf "$ROOT"
+fi
+step "fresh-check: README's commands passed on a fresh $CODENAME root (times: $FRESH_DIR/times.txt)"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs README.md's command blocks that are marked as tested, exactly as README shows
+# them, and checks what they print. A block is marked by the line
+#   <!-- tested: NAME -->
+# right before its ```sh fence; NAME selects the checks below. When README and the
+# scripts drift apart, this fails.
+#
+# Usage: scripts/readme-check.sh          (make readme-check; needs make images emulator)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+README="${README:-$REPO_ROOT/README.md}"
+OUT_DIR="$BUILD_DIR/readme-check"
+rm -rf "$OUT_DIR"; mkdir -p "$OUT_DIR"
+
+# Each marked block into $OUT_DIR/NAME.sh; the names, in order, into $OUT_DIR/blocks.
+awk -v dir="$OUT_DIR" '
+    name != "" && inblock && /^```$/ { print name; name = ""; inblock = 0; next }
+    name != "" && inblock { print > (dir "/" name ".sh"); next }
+    name != "" && /^```sh$/ { inblock = 1; next }
+    match($0, /^<!-- tested: [a-z0-9-]+ -->$/) { name = substr($0, 14, length($0) - 17); next }
+    { name = "" }
+' "$README" >"$OUT_DIR/blocks" || die "cannot read the tested blocks of README.md"
+mapfile -t names <"$OUT_DIR/blocks"
+[ ${#names[@]} -gt 0 ] || die "README.md marks no command block as tested"
+
+pass=0 fail=0
+expect() {   # expect NAME DESCRIPTION EXTENDED-REGEX: a line of NAME's output matches
+    if grep -qE -- "$3" "$OUT_DIR/$1.out"; then
+        echo "ok - $1: $2"; pass=$((pass + 1))
+    else
+        echo "not ok - $1: $2 (no line matches '$3')"; fail=$((fail + 1))
+    fi
+}
+
+for name in "${names[@]}"; do
+    step "README block '$name', as written:"
+    sed 's/^/    /' "$OUT_DIR/$name.sh" >&2
+    rc=0
+    # Run from the top of the checkout, as README's reader does; bounded in time.
+    (cd "$REPO_ROOT" && timeout --kill-after=10 900 bash -e "$OUT_DIR/$name.sh") \
+        >"$OUT_DIR/$name.out" 2>&1 || rc=$?
+    if [ "$rc" -eq 0 ]; then echo "ok - $name: the block ran to its end"; pass=$((pass + 1))
+    else echo "not ok - $name: the block failed (status $rc)"; fail=$((fail + 1)); fi
+    case "$name" in
+        using-it-yourself)
+            expect "$name" "the guest booted the built kernel with the built initramfs" '^ISMTEST: BOOTED '
+            expect "$name" "the ISM function was bound by the unmodified driver" '^ISMTEST: ISM .*0002:00:00\.0'
+            expect "$name" "the guest's echo test passed over SMC-D" '^SUITE: PASS echo'
+            expect "$name" "the guest's program passed" '^ISMTEST: RESULT PASS'
+            expect "$name" "observe summary shows the function with its moves" '^ism0 +0x[0-9a-f]+ +(yes|no) +[0-9]+ +[1-9][0-9]*'
+            ;;
+        *) echo "not ok - $name: readme-check.sh has no checks for this block"; fail=$((fail + 1)) ;;
+    esac
+    [ "$fail" -eq 0 ] || { echo "--- last lines of the block's output:"; tail -n 30 "$OUT_DIR/$name.out"; }
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
