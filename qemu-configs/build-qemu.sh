@@ -9,7 +9,7 @@
 #         $BUILD_DIR/qemu/bin/qemu-system-s390x
 #
 # The install is cached under a name made from the Debian version and a hash of the
-# version, the patches and this script: a warm run only verifies the cached binary and
+# version, the patches, the configure options and the meson version (RECIPE): a warm run only verifies the cached binary and
 # re-links it. Build a fresh copy by removing that folder.
 #
 # Environment: CACHE_DIR, BUILD_DIR, DEBIAN_MIRROR, SHARED_MIRROR (see scripts/lib.sh);
@@ -23,6 +23,24 @@ QEMU_DEB_VERSION="1:10.2.2+ds-1"
 # 1.9.0 is the version QEMU 10.2 itself vendors.
 MESON_VERSION="1.9.0"
 JOBS="${JOBS:-2}"
+# QEMU's configure options (besides --prefix, --python and --with-pkgversion, which
+# follow from the cache key): a minimal s390x TCG build with what the guests use.
+CONFIGURE_OPTS=(
+    --target-list=s390x-softmmu
+    --cross-prefix-s390x=s390x-linux-gnu-
+    --without-default-features
+    --disable-download
+    --enable-tcg
+    --enable-slirp
+    --enable-fdt=system
+    --disable-docs
+    --disable-install-blobs
+    --disable-werror
+    --extra-cflags=-g0
+)
+# Bump when the way this script builds or installs changes (the key covers the version,
+# the patches, the configure options and meson, not this script's messages).
+RECIPE=1
 
 HERE="$REPO_ROOT/qemu-configs"
 PATCH_DIR="$HERE/patches"
@@ -30,7 +48,8 @@ PATCH_DIR="$HERE/patches"
 ver_noepoch="${QEMU_DEB_VERSION#*:}"            # 10.2.2+ds-1
 upstream_ver="${ver_noepoch%-*}"                 # 10.2.2+ds
 dsc="qemu_${ver_noepoch}.dsc"
-key="$(printf '%s' "$QEMU_DEB_VERSION" | tr -c 'A-Za-z0-9.\n-' '_')-$(input_hash "$QEMU_DEB_VERSION" "$PATCH_DIR" "$HERE/build-qemu.sh")"
+key="$(printf '%s' "$QEMU_DEB_VERSION" | tr -c 'A-Za-z0-9.\n-' '_')-$(input_hash "$QEMU_DEB_VERSION" "$PATCH_DIR" \
+    "${CONFIGURE_OPTS[*]}" "meson $MESON_VERSION" "recipe $RECIPE")"
 OUT="$CACHE_DIR/qemu/$key"
 QEMU_BIN="$OUT/bin/qemu-system-s390x"
 
@@ -84,18 +103,16 @@ if [ -d "$OUT" ]; then
 fi
 
 step "building QEMU $QEMU_DEB_VERSION with $(ls "$PATCH_DIR"/*.patch | wc -l) patches (cache key $key)"
-need_host_packages build-essential dpkg-dev xz-utils patch ninja-build pkg-config \
-    libglib2.0-dev libpixman-1-dev libslirp-dev libfdt-dev device-tree-compiler \
-    python3 python3-venv flex bison gcc-s390x-linux-gnu
+need_packages qemu
 
 # --- meson from PyPI, in a venv inside the cache (the host's apt sources stay as they are)
 VENV="$CACHE_DIR/qemu/tools/meson-$MESON_VERSION"
 if [ ! -f "$VENV/.ok" ] || ! "$VENV/bin/meson" --version 2>/dev/null | grep -qx "$MESON_VERSION"; then
     step "installing meson $MESON_VERSION from PyPI into $VENV"
     rm -rf "$VENV"
-    /usr/bin/python3 -m venv "$VENV" || die "python3 -m venv failed (python3-venv installed?)"
-    timeout 600 "$VENV/bin/pip" install -q --disable-pip-version-check "meson==$MESON_VERSION" >&2 \
-        || die "could not install meson $MESON_VERSION from PyPI"
+    logged "python3 -m venv" /usr/bin/python3 -m venv "$VENV" || die "python3 -m venv failed"
+    logged "pip install meson==$MESON_VERSION" timeout 600 "$VENV/bin/pip" install --disable-pip-version-check \
+        "meson==$MESON_VERSION" || die "could not install meson $MESON_VERSION from PyPI"
     touch "$VENV/.ok"
 fi
 MESON_PY="$VENV/bin/python3"
@@ -105,8 +122,9 @@ SRC_DL="$CACHE_DIR/qemu/source/$ver_noepoch"
 fetch_source() {
     local tmp="$SRC_DL.tmp"
     rm -rf "$tmp"; mkdir -p "$tmp"
-    step "downloading source package qemu=$QEMU_DEB_VERSION from Debian ($DEBIAN_MIRROR, sid)"
-    if (cd "$tmp" && papt sid amd64 source -qq --download-only "qemu=$QEMU_DEB_VERSION" >&2) \
+    step "downloading source package qemu=$QEMU_DEB_VERSION from Debian's archive (sid, as the host's apt names the archive)"
+    if (cd "$tmp" && logged "downloading qemu=$QEMU_DEB_VERSION sources" \
+            papt sid amd64 source -q --download-only "qemu=$QEMU_DEB_VERSION") \
         && [ -f "$tmp/$dsc" ]; then
         : # apt checked every file against the signed Sources index
     elif [ -f "$SHARED_MIRROR/$dsc" ] && [ -f "$SHARED_MIRROR/SHA256SUMS" ]; then
@@ -121,7 +139,7 @@ fetch_source() {
             || die "checksum mismatch for qemu $QEMU_DEB_VERSION in $SHARED_MIRROR (see SHA256SUMS)"
         awk '{print $2}' <<<"$sums" | (cd "$SHARED_MIRROR" && xargs cp -t "$tmp/")
     else
-        die "qemu source package $QEMU_DEB_VERSION is available neither from Debian's archive ($DEBIAN_MIRROR, sid) nor from $SHARED_MIRROR. Put its .dsc, .orig.tar.xz and .debian.tar.xz with a SHA256SUMS file into \$SHARED_MIRROR, or change QEMU_DEB_VERSION in $HERE/build-qemu.sh to a version the archive serves (>= 10.1, and refresh the patches)."
+        die "qemu source package $QEMU_DEB_VERSION is available neither from Debian's archive (sid, as configured in apt, or DEBIAN_MIRROR) nor from $SHARED_MIRROR. Put its .dsc, .orig.tar.xz and .debian.tar.xz with a SHA256SUMS file into \$SHARED_MIRROR, or change QEMU_DEB_VERSION in $HERE/build-qemu.sh to a version the archive serves (>= 10.1, and refresh the patches)."
     fi
     mv -T "$tmp" "$SRC_DL"
 }
@@ -145,17 +163,7 @@ mkdir -p "$WORK/src/build"
 (cd "$WORK/src/build" && PATH="$VENV/bin:$PATH" ../configure \
     --prefix="$OUT" \
     --python="$MESON_PY" \
-    --target-list=s390x-softmmu \
-    --cross-prefix-s390x=s390x-linux-gnu- \
-    --without-default-features \
-    --disable-download \
-    --enable-tcg \
-    --enable-slirp \
-    --enable-fdt=system \
-    --disable-docs \
-    --disable-install-blobs \
-    --disable-werror \
-    --extra-cflags="-g0" \
+    "${CONFIGURE_OPTS[@]}" \
     --with-pkgversion="Debian $ver_noepoch + ism-emu ${key##*-}" \
     >"$WORK/configure.log" 2>&1) \
     || { tail -n 40 "$WORK/configure.log" >&2; die "QEMU configure failed (full log: $WORK/configure.log)"; }

@@ -182,8 +182,7 @@ fi
 
 # --- wait for the ISM sockets (ism-emu may be starting at the same time)
 for s in "${ism_socks[@]}"; do
-    for ((i = 0; i < SOCKET_WAIT * 10; i++)); do [ -S "$s" ] && break; sleep 0.1; done
-    [ -S "$s" ] || die "no vfio-user socket at $s after ${SOCKET_WAIT}s: is ism-emu serving it?"
+    wait_for_socket "$s" "$SOCKET_WAIT" || die "no vfio-user socket at $s after ${SOCKET_WAIT}s: is ism-emu serving it?"
 done
 
 step "guest $NAME: kernel $GUEST_KERNEL, initramfs ${GUEST_INITRD:-none}"

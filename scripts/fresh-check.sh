@@ -41,7 +41,7 @@ mkdir -p "$FRESH_DIR"
 # The root's apt sources: the host's Debian archive for its release, its -updates and
 # -security suites, as the host's apt names them.
 mapfile -t sources < <(apt-get update --print-uris 2>/dev/null \
-    | sed -n "s|^'\\(.*\\)/dists/\\($CODENAME\\(-updates\\|-security\\)\\?\\)/InRelease'.*|deb \\1 \\2 main|p")
+    | sed -nE "s#^'(.*)/dists/($CODENAME(-updates|-security)?)/InRelease'.*#deb \\1 \\2 main#p")
 if [ -n "$DEBIAN_MIRROR" ]; then   # the override replaces the host's main archive
     for i in "${!sources[@]}"; do
         [[ "${sources[i]}" == *" $CODENAME main" ]] && sources[i]="deb $DEBIAN_MIRROR $CODENAME main"

@@ -59,6 +59,18 @@ input_hash() {
     done | sha256sum | cut -c1-16
 }
 
+# wait_for_socket PATH SECONDS [PID]: 0 once a unix socket exists at PATH; 1 after
+# SECONDS, or as soon as process PID (the one that should create it) has exited.
+wait_for_socket() {
+    local path="$1" tenths=$(($2 * 10)) pid="${3:-}" i
+    for ((i = 0; i < tenths; i++)); do
+        [ -S "$path" ] && return 0
+        [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    [ -S "$path" ]
+}
+
 # decompress_ko SRC DEST: a kernel module as the kernel installed it (.ko, .ko.xz,
 # .ko.zst or .ko.gz) into the plain .ko DEST (busybox insmod reads no compressed modules).
 decompress_ko() {

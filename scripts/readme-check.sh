@@ -36,9 +36,11 @@ for name in "${names[@]}"; do
     step "README block '$name', as written:"
     sed 's/^/    /' "$OUT_DIR/$name.sh" >&2
     rc=0
-    # Run from the top of the checkout, as README's reader does; bounded in time.
-    (cd "$REPO_ROOT" && timeout --kill-after=10 900 bash -e "$OUT_DIR/$name.sh") \
-        >"$OUT_DIR/$name.out" 2>&1 || rc=$?
+    # Run from the top of the checkout, as README's reader does; bounded in time, in a
+    # session of its own so that whatever the block leaves running is ended after it.
+    (cd "$REPO_ROOT" && exec setsid --wait bash -c 'echo $$ >"$1"; exec timeout --kill-after=10 900 bash -e "$2"' \
+        block "$OUT_DIR/$name.pgid" "$OUT_DIR/$name.sh") >"$OUT_DIR/$name.out" 2>&1 || rc=$?
+    kill -KILL -- "-$(cat "$OUT_DIR/$name.pgid")" 2>/dev/null || true
     if [ "$rc" -eq 0 ]; then echo "ok - $name: the block ran to its end"; pass=$((pass + 1))
     else echo "not ok - $name: the block failed (status $rc)"; fail=$((fail + 1)); fi
     case "$name" in

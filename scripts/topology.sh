@@ -44,11 +44,8 @@ emu_start() {
         >"$RUN_DIR/emulator.log" 2>&1 &
     EMU_PID=$!
     _topo_pids+=("$EMU_PID")
-    for ((i = 0; i < 100; i++)); do
-        [ -S "$RUN_DIR/control.sock" ] && return 0
-        kill -0 "$EMU_PID" 2>/dev/null || { cat "$RUN_DIR/emulator.log" >&2; die "the emulator exited at start"; }
-        sleep 0.1
-    done
+    wait_for_socket "$RUN_DIR/control.sock" 10 "$EMU_PID" && return 0
+    kill -0 "$EMU_PID" 2>/dev/null || { cat "$RUN_DIR/emulator.log" >&2; die "the emulator exited at start"; }
     die "the emulator did not come up (see $RUN_DIR/emulator.log)"
 }
 

@@ -94,7 +94,7 @@ stub_pid=$!
 python3 "$HERE/pcistb-stub.py" "$WORK/plain.sock" "$WORK/plain.log" --device-id 0x04ee &
 stub_pid="$stub_pid $!"
 for s in ism plain; do
-    for ((i = 0; i < 50; i++)); do [ -S "$WORK/$s.sock" ] && break; sleep 0.1; done
+    wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
 done
 rc=0
 QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-smoke -k "$KOUT/bzImage" \
