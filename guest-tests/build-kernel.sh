@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the s390x guest kernel that carries the SMC-D stack (ISM, SMC, SMC_DIAG).
 #
-#   KERNEL=6.12|7.2  kernel line (default 6.12): Debian's linux-source-X.Y package
+#   KERNEL=5.10|6.1|6.12|7.2
+#                    kernel line (default 6.12): Debian's linux-source-X.Y package
 #   VARIANT=stock|prezero|nozero
 #                    stock = the unmodified tree; the others apply
 #                    guest-tests/kernel/patches/<variant>/*.patch (negative controls)
@@ -22,9 +23,11 @@ source "$(dirname "$0")/../scripts/lib.sh"
 # ---- The one place that names the source package of each kernel line. ----------------
 # SUITE  Debian suite that carries the package; PKG  binary package; PKGVER  exact version.
 case "$KERNEL" in
-    6.12) SUITE=trixie; PKG=linux-source-6.12; PKGVER=6.12.117-1 ;;
-    7.2)  SUITE=sid;    PKG=linux-source-7.2;  PKGVER=7.2.13-1 ;;
-    *) die "KERNEL=$KERNEL is not a supported kernel line (known: 6.12, 7.2)" ;;
+    5.10) SUITE=bullseye; PKG=linux-source-5.10; PKGVER=5.10.223-1 ;;
+    6.1)  SUITE=bookworm; PKG=linux-source-6.1;  PKGVER=6.1.176-1 ;;
+    6.12) SUITE=trixie;   PKG=linux-source-6.12; PKGVER=6.12.117-1 ;;
+    7.2)  SUITE=sid;      PKG=linux-source-7.2;  PKGVER=7.2.13-1 ;;
+    *) die "KERNEL=$KERNEL is not a supported kernel line (known: 5.10, 6.1, 6.12, 7.2)" ;;
 esac
 # ---------------------------------------------------------------------------------------
 

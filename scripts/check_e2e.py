@@ -5,25 +5,37 @@ Reads the guests' console logs (smctest's CONN/SUMMARY lines, which come from th
 guest kernel's own sock_diag answers), the emulator's snapshot and its event stream,
 prints a table and exits 1 if anything is off.
 
-Expectations per guest-kernel variant, for DMBs that were reused:
-  stock    every reuse was preceded by zeroing soon after the close (zeroed at
-           release, kernel commit 1c5526968e27) and no reuse was stale;
-  prezero  reuses are clean, but zeroing is NOT seen soon after the close (the
-           kernel zeroes when it hands the buffer out again, pre-v5.17);
-  nozero   at least one reuse carried stale bytes from the previous connection.
+What the guest kernel does with a released DMB is derived from the kernel the guest
+reports (`ISMTEST: BOOTED <uname -r>`) and the variant it was built as:
+  release  stock kernels from v5.17 on (commit 1c5526968e27 moved the memset to the
+           release): every reuse was preceded by zeroing soon after the close, none stale;
+  hand-out stock kernels before v5.17 (they zero a reused buffer when it is handed out
+           again), and the prezero variant (the same, patched into a newer kernel):
+           reuses are clean, zeroing is NOT seen soon after the close, but before the reuse;
+  stale    the nozero variant: at least one reuse carried the previous connection's bytes.
+The verdict the host's view supports is computed independently and must match.
+
+The SMC-D version each connection negotiated is read from the CLC handshake on the
+wire (the guests' TCP traffic, captured by QEMU's filter-dump into <guest>.net.pcap):
+the version nibble of the CLC accept and confirm messages.
 """
 
 import argparse
 import json
 import pathlib
 import re
+import struct
 import sys
 
 # A zeroing seen within this time after the close counts as "at release". The suite's
 # seq test pauses 1.5 s between connections, so zeroing at hand-out comes much later.
 RELEASE_WINDOW_MS = 750.0
 
+# The seed commit (release-time zeroing) is first in v5.17.
+RELEASE_ZEROING_SINCE = (5, 17)
+
 SUMMARY_RE = re.compile(r"^SUMMARY (.*)$")
+BOOTED_RE = re.compile(r"^ISMTEST: BOOTED (\S+)")
 CONN_RE = re.compile(r"^CONN (.*)$")
 
 
@@ -52,12 +64,149 @@ def guest_results(run_dir):
     return rows, conns
 
 
+def kernel_releases(run_dir):
+    """{guest: release} from the guests' `ISMTEST: BOOTED` lines."""
+    out = {}
+    for log in sorted(run_dir.glob("*.console.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            m = BOOTED_RE.match(line.strip())
+            if m:
+                out[log.name.split(".")[0]] = m.group(1)
+                break
+    return out
+
+
+def release_tuple(release):
+    m = re.match(r"(\d+)\.(\d+)", release)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def expected_zeroing(variant, release):
+    """release | hand-out | stale: what this kernel does with a released DMB."""
+    if variant == "nozero":
+        return "stale"
+    if variant == "prezero":
+        return "hand-out"
+    ver = release_tuple(release)
+    if ver is None:
+        raise ValueError(f"cannot read a kernel version from {release!r}")
+    return "release" if ver >= RELEASE_ZEROING_SINCE else "hand-out"
+
+
+# ---- the CLC handshake on the wire ----------------------------------------------------
+# CLC messages (net/smc/smc_clc.h) start with an eyecatcher ("SMCR" or "SMCD" in EBCDIC),
+# a type byte (1 proposal, 2 accept, 3 confirm, 4 decline), a 16-bit length and a byte
+# whose high nibble is the SMC version (the struct's bitfields are big-endian on s390).
+CLC_EYECATCHERS = (b"\xe2\xd4\xc3\xd9", b"\xe2\xd4\xc3\xc4")
+CLC_TYPES = {1: "proposal", 2: "accept", 3: "confirm", 4: "decline"}
+
+
+def pcap_tcp_payloads(path):
+    """Yields (src, sport, dst, dport, payload) for each IPv4 TCP segment with data."""
+    data = path.read_bytes()
+    if len(data) < 24:
+        return
+    magic = data[:4]
+    if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
+        end = "<"
+    elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
+        end = ">"
+    else:
+        raise ValueError(f"{path}: not a pcap file")
+    linktype = struct.unpack(end + "I", data[20:24])[0]
+    if linktype != 1:
+        raise ValueError(f"{path}: link type {linktype}, expected Ethernet")
+    off = 24
+    while off + 16 <= len(data):
+        caplen = struct.unpack(end + "I", data[off + 8:off + 12])[0]
+        frame = data[off + 16:off + 16 + caplen]
+        off += 16 + caplen
+        if len(frame) < 14 + 20 or frame[12:14] != b"\x08\x00":
+            continue
+        ip = frame[14:]
+        ihl = (ip[0] & 0x0F) * 4
+        if ip[0] >> 4 != 4 or ip[9] != 6 or len(ip) < ihl + 20:
+            continue
+        total = struct.unpack(">H", ip[2:4])[0]
+        tcp = ip[ihl:total]
+        doff = (tcp[12] >> 4) * 4
+        payload = tcp[doff:]
+        if payload:
+            src = ".".join(str(b) for b in ip[12:16])
+            dst = ".".join(str(b) for b in ip[16:20])
+            sport, dport = struct.unpack(">HH", tcp[:4])
+            yield src, sport, dst, dport, payload
+
+
+def clc_versions(run_dir):
+    """{connection (client ip:port): {"accept": v, "confirm": v, ...}} from the first
+    guest capture that has CLC messages (every guest sees the same handshakes)."""
+    for pcap in sorted(run_dir.glob("*.net.pcap")):
+        conns = {}
+        for src, sport, dst, dport, payload in pcap_tcp_payloads(pcap):
+            if len(payload) < 8 or payload[:4] not in CLC_EYECATCHERS:
+                continue
+            kind = CLC_TYPES.get(payload[4])
+            if kind is None:
+                continue
+            # The client is the side that sends the proposal and the confirm.
+            client = f"{src}:{sport}" if kind in ("proposal", "confirm") else f"{dst}:{dport}"
+            conns.setdefault(client, {})[kind] = payload[7] >> 4
+        if conns:
+            return conns
+    return {}
+
+
+def version_label(conns):
+    """"v2", "v1", or e.g. "v1:3 v2:47" when connections differ; "-" if none seen."""
+    counts = {}
+    for c in conns.values():
+        v = c.get("confirm", c.get("accept"))
+        key = f"v{v}" if v is not None else "declined"
+        counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return "-"
+    if len(counts) == 1:
+        return next(iter(counts))
+    return " ".join(f"{k}:{n}" for k, n in sorted(counts.items()))
+
+
+def observed_zeroing(dmbs):
+    """The verdict the host's view supports: stale, release, hand-out, or none (no reuse)."""
+    reuses = sum(d["reuses"] for d in dmbs)
+    if sum(d["stale_reuses"] for d in dmbs):
+        return "stale"
+    if reuses == 0:
+        return "none"
+    delays = [x for d in dmbs for x in d["zero_delays_ms"]]
+    zeroed_every_reuse = all(d["zeroed_after_close"] >= d["reuses"] for d in dmbs)
+    if zeroed_every_reuse and delays and all(x <= RELEASE_WINDOW_MS for x in delays):
+        return "release"
+    if not any(x <= RELEASE_WINDOW_MS for x in delays):
+        return "hand-out"
+    return "mixed"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", required=True, type=pathlib.Path)
     ap.add_argument("--variant", default="stock")
+    ap.add_argument("--result", type=pathlib.Path,
+                    help="also write the run's key figures as JSON here (for `make matrix`)")
     args = ap.parse_args()
     errors = []
+
+    releases = kernel_releases(args.run_dir)
+    if not releases:
+        errors.append("no guest reported its kernel (ISMTEST: BOOTED)")
+    elif len(set(releases.values())) != 1:
+        errors.append(f"the guests run different kernels: {releases}")
+    release = next(iter(releases.values()), "?")
+    try:
+        expected = expected_zeroing(args.variant, release)
+    except ValueError as e:
+        errors.append(str(e))
+        expected = "?"
 
     rows, conns = guest_results(args.run_dir)
     print(f"{'guest':<6} {'test':<11} {'side':<7} {'conns':>5} {'smcd':>5} {'fallback':>8} {'bytes':>12} {'checksum':<20} result")
@@ -119,25 +268,50 @@ def main():
         print(f"zeroing delay after close (ms): min {delays[0]:.1f}  median {pick(0.5):.1f}  "
               f"p90 {pick(0.9):.1f}  max {delays[-1]:.1f}")
 
-    if args.variant == "stock":
+    verdict = observed_zeroing(dmbs)
+    if expected == "release":
         if stale:
-            errors.append(f"stock kernel: {stale} stale reuse(s)")
+            errors.append(f"kernel {release} zeroes at release: {stale} stale reuse(s)")
+        if reuses == 0:
+            errors.append(f"kernel {release}: no reuse seen")
         for d in dmbs:
             late = [x for x in d["zero_delays_ms"] if x > RELEASE_WINDOW_MS]
             if d["reuses"] and d["zeroed_after_close"] < d["reuses"]:
-                errors.append(f"stock kernel: DMB {d['token']:#x} reused {d['reuses']}x but zeroed after close only {d['zeroed_after_close']}x")
+                errors.append(f"kernel {release} zeroes at release: DMB {d['token']:#x} reused {d['reuses']}x but zeroed after close only {d['zeroed_after_close']}x")
             if late:
-                errors.append(f"stock kernel: DMB {d['token']:#x} zeroed late after close: {late} ms")
-    elif args.variant == "prezero":
+                errors.append(f"kernel {release} zeroes at release: DMB {d['token']:#x} zeroed late after close: {late} ms")
+    elif expected == "hand-out":
         if reuses == 0:
-            errors.append("prezero kernel: no reuse seen")
+            errors.append(f"kernel {release}: no reuse seen")
         if stale:
-            errors.append(f"prezero kernel: {stale} stale reuse(s); expected zeroing at hand-out")
+            errors.append(f"kernel {release} zeroes at hand-out: {stale} stale reuse(s)")
         if at_release:
-            errors.append(f"prezero kernel: {at_release} zeroing(s) right after close; expected none at release")
-    elif args.variant == "nozero":
+            errors.append(f"kernel {release} zeroes at hand-out: {at_release} zeroing(s) right after close; expected none at release")
+    elif expected == "stale":
         if stale == 0:
-            errors.append("nozero kernel: no stale reuse detected")
+            errors.append(f"kernel {release} ({args.variant}): no stale reuse detected")
+    if expected != "?" and verdict != expected and not errors:
+        errors.append(f"the host's view says {verdict}, kernel {release} ({args.variant}) should show {expected}")
+
+    clc = clc_versions(args.run_dir)
+    version = version_label(clc)
+    smcd_conns = sum(int(f.get("smcd", 0)) for _, f in rows if f.get("side") == "client")
+    fallbacks = sum(int(f.get("fallback", 0)) for _, f in rows if f.get("side") == "client")
+    client_conns = sum(int(f.get("conns", 0)) for _, f in rows if f.get("side") == "client")
+    # Two guests: every connection's handshake crossed the captured link.
+    if client_conns and list(args.run_dir.glob("*.net.pcap")) and len(clc) < client_conns:
+        errors.append(f"{len(clc)} CLC handshake(s) on the wire for {client_conns} connection(s)")
+    print(f"guest kernel {release}: expected zeroing at {expected}, host's view: {verdict}; "
+          f"SMC-D version on the wire: {version} ({len(clc)} CLC handshakes)")
+    if args.result:
+        median = delays[len(delays) // 2] if delays else None
+        args.result.write_text(json.dumps({
+            "release": release, "variant": args.variant, "expected": expected, "verdict": verdict,
+            "smcd_version": version, "clc_handshakes": len(clc), "conns": client_conns,
+            "smcd": smcd_conns, "fallback": fallbacks, "reuses": reuses, "stale": stale,
+            "zeroings": len(delays), "median_zero_ms": median, "ok": not errors,
+            "errors": errors,
+        }, indent=1) + "\n")
     print(f"variant {args.variant}: " + ("as expected" if not errors else "NOT as expected"))
     for e in errors:
         print(f"  error: {e}", file=sys.stderr)

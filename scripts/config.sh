@@ -1,7 +1,10 @@
 # The project's defaults, named once. Sourced by scripts/lib.sh; every variable can be
 # overridden from the environment (the Makefile passes KERNEL and VARIANT through).
 
-# Guest kernel line: 6.12 (Debian trixie, the default) or 7.2 (Debian sid).
+# Every guest kernel line the project builds (guest-tests/build-kernel.sh names each one's
+# Debian package): 5.10 (bullseye), 6.1 (bookworm), 6.12 (trixie), 7.2 (sid).
+KERNEL_LINES="5.10 6.1 6.12 7.2"
+# Guest kernel line of a single run: 6.12 (Debian trixie) by default.
 KERNEL="${KERNEL:-6.12}"
 # Guest kernel variant: stock (unmodified), prezero or nozero (negative controls).
 VARIANT="${VARIANT:-stock}"

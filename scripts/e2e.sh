@@ -8,7 +8,7 @@
 #   crash  guest b is killed in the middle of a stream: guest a's connection must abort
 #          promptly (the device tells it the peer's GID is gone), guest a and the
 #          emulator carry on, and the emulator still shuts down cleanly
-# Environment: KERNEL (6.12 | 7.2), VARIANT (stock | prezero | nozero), TESTS (the
+# Environment: KERNEL (5.10 | 6.1 | 6.12 | 7.2), VARIANT (stock | prezero | nozero), TESTS (the
 # smcsuite tests, default "echo stream seq concurrent"), GUEST_TIMEOUT (s, default 600),
 # E2E_DIR (logs, default build/e2e).
 #
@@ -80,7 +80,8 @@ for topo in "${topologies[@]}"; do
     emu_stop || rc=1
     topo_cleanup
     if [ "$topo" != crash ]; then
-        python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" || rc=1
+        python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" \
+            --result "$RUN_DIR/result.json" || rc=1
     fi
     cat "$RUN_DIR/summary.txt"
     if [ "$rc" -eq 0 ]; then

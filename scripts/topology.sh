@@ -67,7 +67,9 @@ emu_stop() {
 observe() { "$EMU_BIN" observe --control "$RUN_DIR/control.sock" "$@"; }
 
 # guest_start NAME ISM_SOCKET IP NET_SERVER(on|off) RUN_WORDS...
-# Boots one guest in the background; its pid is in GUEST_PID_<NAME>.
+# Boots one guest in the background; its pid is in GUEST_PID_<NAME>. QEMU records the
+# guest's network traffic (the first 512 bytes of each frame: enough for the SMC CLC
+# handshake, whose SMC-D version check_e2e.py reads) in RUN_DIR/NAME.net.pcap.
 guest_start() {
     local name="$1" sock="$2" ip="$3" net_server="$4"; shift 4
     local run
@@ -79,6 +81,7 @@ guest_start() {
         --net-socket "$RUN_DIR/net.sock" --net-server "$net_server" \
         --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
         --pidfile "$RUN_DIR/$name.qemu.pid" \
+        -- -object "filter-dump,id=netdump0,netdev=net0,maxlen=512,file=$RUN_DIR/$name.net.pcap" \
         >"$RUN_DIR/$name.run.log" 2>&1 &
     local pid=$!
     _topo_pids+=("$pid")

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The kernel matrix: the two-guest topology with the sequential-connections test on
+# each kernel line, unmodified (VARIANT=stock), then one table: line, kernel release,
+# SMC-D version negotiated on the wire, connections, SMC-D/fallback counts, what the
+# host saw the guest do with released DMBs (release / hand-out / stale) and the median
+# delay from a close to the DMB reading zero. Each run is checked by
+# scripts/check_e2e.py against what its kernel version should do (v5.17+: zeroing at
+# release; older: at hand-out).
+#
+# Usage: scripts/matrix.sh [LINE...]     (default: every line in KERNEL_LINES)
+#        scripts/matrix.sh --others      every line except the default one ($KERNEL),
+#                                        which `make test` covers with the full suite
+# Environment: TESTS (default seq), MATRIX_DIR (logs, default build/matrix).
+# Needs `make images-all emulator`. Exit status 1 if any line failed.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+MATRIX_DIR="${MATRIX_DIR:-$BUILD_DIR/matrix}"
+export TESTS="${TESTS:-seq}"
+lines=("$@")
+if [ "${lines[*]}" = --others ]; then
+    lines=()
+    for k in $KERNEL_LINES; do [ "$k" = "$KERNEL" ] || lines+=("$k"); done
+elif [ ${#lines[@]} -eq 0 ]; then
+    read -r -a lines <<<"$KERNEL_LINES"
+fi
+
+mkdir -p "$MATRIX_DIR"
+results=()
+for k in "${lines[@]}"; do
+    case " $KERNEL_LINES " in *" $k "*) ;; *) die "unknown kernel line $k (known: $KERNEL_LINES)" ;; esac
+    step "matrix: kernel line $k, two guests, tests: $TESTS"
+    rm -f "$MATRIX_DIR/two-$k/result.json"
+    # One e2e run per line, in its own process (it installs its own EXIT trap).
+    KERNEL="$k" VARIANT=stock E2E_DIR="$MATRIX_DIR" "$REPO_ROOT/scripts/e2e.sh" two \
+        >"$MATRIX_DIR/$k.log" 2>&1 && rc=0 || rc=$?
+    [ "$rc" -eq 0 ] || { warn "matrix: line $k failed; its last lines (whole log: $MATRIX_DIR/$k.log):"; tail -n 25 "$MATRIX_DIR/$k.log" >&2; }
+    results+=("$k=$rc=$MATRIX_DIR/two-$k/result.json")
+done
+python3 "$REPO_ROOT/scripts/matrix_table.py" "${results[@]}"

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Prints the kernel matrix from scripts/check_e2e.py's result files.
+
+Arguments: LINE=STATUS=RESULT_JSON ..., one per kernel line (STATUS: e2e.sh's exit
+status). Exits 1 unless every line passed.
+"""
+
+import json
+import sys
+
+
+def main(argv):
+    head = ("line", "kernel", "SMC-D", "conns", "SMC-D", "fallback", "zeroing", "expected", "median ms", "result")
+    rows, failed = [], []
+    for arg in argv:
+        line, status, path = arg.split("=", 2)
+        try:
+            with open(path) as f:
+                r = json.load(f)
+        except (OSError, ValueError):
+            r = {}
+        ok = status == "0" and r.get("ok", False)
+        if not ok:
+            failed.append(line)
+        med = r.get("median_zero_ms")
+        rows.append((
+            line, r.get("release", "?"), r.get("smcd_version", "?"), str(r.get("conns", "?")),
+            str(r.get("smcd", "?")), str(r.get("fallback", "?")), r.get("verdict", "?"),
+            r.get("expected", "?"), f"{med:.1f}" if isinstance(med, (int, float)) else "-",
+            "ok" if ok else "FAIL",
+        ))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    print()
+    print(fmt.format(*head))
+    for r in rows:
+        print(fmt.format(*r))
+    print()
+    if failed:
+        print(f"matrix: {len(rows)} line(s), failed: {' '.join(failed)}")
+        return 1
+    print(f"matrix: {len(rows)} line(s), all as expected")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
