@@ -3,6 +3,7 @@
 #   make demo    build what is missing, boot two guests over the emulated ISM,
 #                show the host's view
 #   make test    unit + integration tests, then the end-to-end suite
+#   make matrix  the two-guest suite on every kernel line (5.10, 6.1, 6.12, 7.2), one table
 #
 # Slow artefacts (QEMU, guest kernels) are cached under $(CACHE_DIR), keyed by their inputs.
 # Defaults (kernel line, variant, CHID) live in scripts/config.sh; the Debian packages
@@ -13,8 +14,8 @@ CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ism-emu
 BUILD_DIR ?= $(CURDIR)/build
 export CACHE_DIR BUILD_DIR
 
-.PHONY: all deps images qemu kernel initramfs emulator demo test unit qemu-smoke e2e e2e-variants \
-	readme-check fresh-check bench lint clean
+.PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
+	e2e-variants matrix e2e-matrix readme-check fresh-check bench lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -22,6 +23,14 @@ deps:
 	@source scripts/lib.sh && need_packages emulator
 
 images: qemu kernel initramfs
+
+# QEMU and the kernel + initramfs of every line in KERNEL_LINES (scripts/config.sh), one
+# line after the other (each unpacks its Debian source once into the cache and builds it
+# with nice make -j2; a warm line only publishes its cached result).
+images-all: qemu
+	source scripts/config.sh && for k in $$KERNEL_LINES; do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=stock || exit 1; \
+	done
 
 qemu:
 	qemu-configs/build-qemu.sh
@@ -59,11 +68,21 @@ e2e-variants: emulator qemu
 		$(MAKE) kernel initramfs VARIANT=$$v && VARIANT=$$v TESTS=seq scripts/e2e.sh two || exit 1; \
 	done
 
+# The kernel matrix: the two-guest topology with the sequential-connections test on every
+# kernel line, checked against what each kernel version does with released DMBs; prints
+# one table (scripts/matrix.sh).
+matrix: images-all emulator
+	scripts/matrix.sh
+
+# The same on every line but the default one (`e2e` runs the whole suite there).
+e2e-matrix: images-all emulator
+	scripts/matrix.sh --others
+
 # README's own command blocks, run as written (the ones it marks as tested).
 readme-check: images emulator
 	scripts/readme-check.sh
 
-test: lint unit qemu-smoke e2e e2e-variants readme-check
+test: lint unit qemu-smoke e2e e2e-variants e2e-matrix readme-check
 
 # README's two commands in a minimal Debian 12 root with an empty cache: proves that the
 # project's own files install everything they need (CI runs it after `make test`).
