@@ -301,7 +301,7 @@ def main():
     # Two guests: every connection's handshake crossed the captured link.
     if client_conns and list(args.run_dir.glob("*.net.pcap")) and len(clc) < client_conns:
         errors.append(f"{len(clc)} CLC handshake(s) on the wire for {client_conns} connection(s)")
-    print(f"guest kernel {release}: expected zeroing at {expected}, host's view: {verdict}; "
+    print(f"guest kernel {release} ({args.variant}): zeroing expected: {expected}, host's view: {verdict}; "
           f"SMC-D version on the wire: {version} ({len(clc)} CLC handshakes)")
     if args.result:
         median = delays[len(delays) // 2] if delays else None
