@@ -1,20 +1,31 @@
-//! Test and benchmark kit: fake guest RAM and a small vfio-user client.
+//! Test and benchmark kit (the `testkit` feature): fake guest RAM, a small vfio-user client
+//! and the ISM driver's way of issuing a command. Not part of the emulator.
 //!
 //! The client speaks the wire protocol by hand instead of using `vfio_user::Client`
 //! because tests must send what QEMU never would (bad offsets, truncated messages,
 //! posted writes) and must read *error* replies, which that client cannot parse.
+//! Nothing here panics: every failure is an `io::Error` for the test to unwrap.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+use vmm_sys_util::tempfile::TempFile;
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+
+use crate::ism::command::HEADER_LEN as ISM_HEADER_LEN;
+use crate::ism::wire::{Request, RespHeader};
+use crate::pci::Bar;
+
+/// The VLAN id with which the driver probes for SMC-Dv2 capability.
+pub const VLAN_SMCD_V2: u64 = 0x1fff;
 
 /// Guest RAM as QEMU gives it to the device: a shared file on tmpfs, passed by fd.
 /// (An unlinked /dev/shm file behaves like QEMU's memfd for everything the device does:
@@ -24,49 +35,36 @@ pub struct GuestRam {
 }
 
 impl GuestRam {
-    pub fn new(size: u64) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = if Path::new("/dev/shm").is_dir() {
-            std::path::PathBuf::from("/dev/shm")
+    pub fn new(size: u64) -> io::Result<Self> {
+        let shm = Path::new("/dev/shm");
+        let dir = if shm.is_dir() {
+            shm.to_path_buf()
         } else {
             std::env::temp_dir()
         };
-        let path = dir.join(format!(
-            "ism-emu-ram-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .expect("create guest RAM file");
-        let _ = std::fs::remove_file(&path);
-        file.set_len(size).expect("size guest RAM file");
-        Self { file }
+        let file = TempFile::new_in(&dir)
+            .map_err(|e| io::Error::from_raw_os_error(e.errno()))?
+            .into_file();
+        file.set_len(size)?;
+        Ok(Self { file })
     }
 
-    pub fn dup_file(&self) -> File {
-        self.file.try_clone().expect("dup guest RAM fd")
+    pub fn dup_file(&self) -> io::Result<File> {
+        self.file.try_clone()
     }
 
     pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
 
-    pub fn read(&self, offset: u64, len: usize) -> Vec<u8> {
+    pub fn read(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         let mut buf = vec![0; len];
-        self.file
-            .read_exact_at(&mut buf, offset)
-            .expect("read guest RAM");
-        buf
+        self.file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
     }
 
-    pub fn write(&self, offset: u64, data: &[u8]) {
-        self.file
-            .write_all_at(data, offset)
-            .expect("write guest RAM");
+    pub fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(data, offset)
     }
 }
 
@@ -87,10 +85,100 @@ pub mod cmd {
 const FLAG_REPLY: u32 = 0x1;
 const FLAG_NO_REPLY: u32 = 0x10;
 const FLAG_ERROR: u32 = 0x20;
-const HEADER_LEN: usize = 16;
+
+/// vfio-user message layouts (little-endian), as far as the client needs them.
+pub mod msg {
+    use super::*;
+
+    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct Header {
+        pub id: U16,
+        pub command: U16,
+        /// The whole message, header included.
+        pub size: U32,
+        pub flags: U32,
+        pub error: U32,
+    }
+
+    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct DmaMap {
+        pub argsz: U32,
+        pub flags: U32,
+        pub offset: U64,
+        pub address: U64,
+        pub size: U64,
+    }
+
+    impl DmaMap {
+        /// A readable and writable mapping of `size` bytes at file `offset`.
+        pub fn new(address: u64, size: u64, offset: u64) -> Self {
+            Self {
+                argsz: U32::new(size_of::<Self>() as u32),
+                flags: U32::new(3),
+                offset: offset.into(),
+                address: address.into(),
+                size: size.into(),
+            }
+        }
+    }
+
+    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct DmaUnmap {
+        pub argsz: U32,
+        pub flags: U32,
+        pub address: U64,
+        pub size: U64,
+    }
+
+    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct RegionAccess {
+        pub offset: U64,
+        pub region: U32,
+        pub count: U32,
+    }
+
+    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct SetIrqs {
+        pub argsz: U32,
+        pub flags: U32,
+        pub index: U32,
+        pub start: U32,
+        pub count: U32,
+    }
+}
 
 /// A reply: `Err(errno)` when the server flagged an error.
 pub type Reply = std::result::Result<Vec<u8>, u32>;
+
+/// The body of a reply, or an error naming what failed.
+pub fn expect_ok(reply: Reply, what: &str) -> io::Result<Vec<u8>> {
+    reply.map_err(|errno| io::Error::other(format!("{what} failed: errno {errno}")))
+}
+
+/// What an ISM command answered: its `ret` and the whole response, header included.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CommandReply {
+    pub ret: u16,
+    pub bytes: Vec<u8>,
+}
+
+impl CommandReply {
+    pub fn ok(&self) -> bool {
+        self.ret == 0
+    }
+
+    /// The response as struct `T`; None when it is shorter than `T`.
+    pub fn get<T: FromBytes + KnownLayout + Immutable>(&self) -> Option<T> {
+        T::read_from_prefix(&self.bytes).ok().map(|(t, _)| t)
+    }
+}
+
+const CMD_BAR: u32 = Bar::Command.index();
 
 /// A hand-made vfio-user client, enough to play QEMU's part.
 pub struct Client {
@@ -118,14 +206,10 @@ impl Client {
     }
 
     fn negotiate(&mut self) -> io::Result<()> {
-        let mut payload = Vec::new();
-        payload.extend_from_slice(&0u16.to_le_bytes());
-        payload.extend_from_slice(&2u16.to_le_bytes());
+        let mut payload = [U16::new(0), U16::new(2)].as_bytes().to_vec();
         payload.extend_from_slice(b"{\"capabilities\":{\"max_msg_fds\":16}}\0");
-        self.call(cmd::VERSION, &payload, &[])
-            .map_err(io::Error::other)?
-            .map(|_| ())
-            .map_err(|e| io::Error::other(format!("version rejected: errno {e}")))
+        let reply = self.call(cmd::VERSION, &payload, &[])?;
+        expect_ok(reply, "VERSION").map(|_| ())
     }
 
     /// Sends one message and waits for its reply.
@@ -144,22 +228,24 @@ impl Client {
     ) -> io::Result<u16> {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        let mut msg = Vec::with_capacity(HEADER_LEN + payload.len());
-        msg.extend_from_slice(&id.to_le_bytes());
-        msg.extend_from_slice(&command.to_le_bytes());
-        msg.extend_from_slice(&((HEADER_LEN + payload.len()) as u32).to_le_bytes());
-        msg.extend_from_slice(&flags.to_le_bytes());
-        msg.extend_from_slice(&0u32.to_le_bytes());
-        msg.extend_from_slice(payload);
+        let header = msg::Header {
+            id: id.into(),
+            command: command.into(),
+            size: U32::new((size_of::<msg::Header>() + payload.len()) as u32),
+            flags: flags.into(),
+            error: U32::ZERO,
+        };
+        let mut message = header.as_bytes().to_vec();
+        message.extend_from_slice(payload);
         if fds.is_empty() {
-            self.stream.write_all(&msg)?;
+            self.stream.write_all(&message)?;
         } else {
             let sent = self
                 .stream
-                .send_with_fds(&[&msg[..]], fds)
+                .send_with_fds(&[&message[..]], fds)
                 .map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
-            if sent != msg.len() {
-                self.stream.write_all(&msg[sent..])?;
+            if sent != message.len() {
+                self.stream.write_all(&message[sent..])?;
             }
         }
         Ok(id)
@@ -171,21 +257,19 @@ impl Client {
     }
 
     pub fn recv_reply(&mut self, id: u16) -> io::Result<Reply> {
-        let mut header = [0u8; HEADER_LEN];
-        self.stream.read_exact(&mut header)?;
-        let reply_id = u16::from_le_bytes([header[0], header[1]]);
-        let size = u32::from_le_bytes(header[4..8].try_into().unwrap()) as usize;
-        let flags = u32::from_le_bytes(header[8..12].try_into().unwrap());
-        let error = u32::from_le_bytes(header[12..16].try_into().unwrap());
-        let mut body = vec![0; size.saturating_sub(HEADER_LEN)];
+        let mut header = msg::Header::new_zeroed();
+        self.stream.read_exact(header.as_mut_bytes())?;
+        let size = header.size.get() as usize;
+        let mut body = vec![0; size.saturating_sub(size_of::<msg::Header>())];
         self.stream.read_exact(&mut body)?;
+        let (reply_id, flags) = (header.id.get(), header.flags.get());
         if reply_id != id || flags & FLAG_REPLY == 0 {
             return Err(io::Error::other(format!(
                 "unexpected reply id {reply_id} flags {flags:#x} (wanted {id})"
             )));
         }
         if flags & FLAG_ERROR != 0 {
-            return Ok(Err(error));
+            return Ok(Err(header.error.get()));
         }
         Ok(Ok(body))
     }
@@ -197,13 +281,8 @@ impl Client {
         ram: &GuestRam,
         offset: u64,
     ) -> io::Result<Reply> {
-        let mut p = Vec::new();
-        p.extend_from_slice(&32u32.to_le_bytes());
-        p.extend_from_slice(&3u32.to_le_bytes()); // READ | WRITE
-        p.extend_from_slice(&offset.to_le_bytes());
-        p.extend_from_slice(&iova.to_le_bytes());
-        p.extend_from_slice(&size.to_le_bytes());
-        self.call(cmd::DMA_MAP, &p, &[ram.fd()])
+        let map = msg::DmaMap::new(iova, size, offset);
+        self.call(cmd::DMA_MAP, map.as_bytes(), &[ram.fd()])
     }
 
     /// Maps `pages` 4 KiB pages one message each, the way QEMU's s390 IOMMU does.
@@ -215,39 +294,49 @@ impl Client {
         offset: u64,
     ) -> io::Result<()> {
         for i in 0..pages {
-            self.dma_map(iova + i * 4096, 4096, ram, offset + i * 4096)?
-                .map_err(|e| io::Error::other(format!("DMA_MAP failed: errno {e}")))?;
+            let reply = self.dma_map(iova + i * 4096, 4096, ram, offset + i * 4096)?;
+            expect_ok(reply, "DMA_MAP")?;
         }
         Ok(())
     }
 
     pub fn dma_unmap(&mut self, iova: u64, size: u64) -> io::Result<Reply> {
-        let mut p = Vec::new();
-        p.extend_from_slice(&24u32.to_le_bytes());
-        p.extend_from_slice(&0u32.to_le_bytes());
-        p.extend_from_slice(&iova.to_le_bytes());
-        p.extend_from_slice(&size.to_le_bytes());
-        self.call(cmd::DMA_UNMAP, &p, &[])
+        let unmap = msg::DmaUnmap {
+            argsz: U32::new(size_of::<msg::DmaUnmap>() as u32),
+            flags: U32::ZERO,
+            address: iova.into(),
+            size: size.into(),
+        };
+        self.call(cmd::DMA_UNMAP, unmap.as_bytes(), &[])
     }
 
-    fn region_access_payload(region: u32, offset: u64, count: u32) -> Vec<u8> {
-        let mut p = Vec::new();
-        p.extend_from_slice(&offset.to_le_bytes());
-        p.extend_from_slice(&region.to_le_bytes());
-        p.extend_from_slice(&count.to_le_bytes());
+    fn region_access(region: u32, offset: u64, data: &[u8]) -> Vec<u8> {
+        let access = msg::RegionAccess {
+            offset: offset.into(),
+            region: region.into(),
+            count: U32::new(data.len() as u32),
+        };
+        let mut p = access.as_bytes().to_vec();
+        p.extend_from_slice(data);
         p
     }
 
     pub fn region_read(&mut self, region: u32, offset: u64, count: u32) -> io::Result<Reply> {
-        let p = Self::region_access_payload(region, offset, count);
-        Ok(self
-            .call(cmd::REGION_READ, &p, &[])?
-            .map(|body| body[16..].to_vec()))
+        let access = msg::RegionAccess {
+            offset: offset.into(),
+            region: region.into(),
+            count: count.into(),
+        };
+        let reply = self.call(cmd::REGION_READ, access.as_bytes(), &[])?;
+        Ok(reply.map(|body| {
+            body.get(size_of::<msg::RegionAccess>()..)
+                .unwrap_or_default()
+                .to_vec()
+        }))
     }
 
     pub fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<Reply> {
-        let mut p = Self::region_access_payload(region, offset, data.len() as u32);
-        p.extend_from_slice(data);
+        let p = Self::region_access(region, offset, data);
         self.call(cmd::REGION_WRITE, &p, &[])
     }
 
@@ -258,28 +347,60 @@ impl Client {
         offset: u64,
         data: &[u8],
     ) -> io::Result<u16> {
-        let mut p = Self::region_access_payload(region, offset, data.len() as u32);
-        p.extend_from_slice(data);
+        let p = Self::region_access(region, offset, data);
         self.send(cmd::REGION_WRITE, &p, &[], FLAG_NO_REPLY)
     }
 
     /// Wires interrupt `index` (1 = MSI, 2 = MSI-X) to a new eventfd and returns it.
     pub fn set_irq_eventfd(&mut self, index: u32) -> io::Result<EventFd> {
         let efd = EventFd::new(EFD_NONBLOCK)?;
-        let mut p = Vec::new();
-        p.extend_from_slice(&20u32.to_le_bytes());
-        // DATA_EVENTFD | ACTION_TRIGGER
-        p.extend_from_slice(&(0x4u32 | 0x20).to_le_bytes());
-        p.extend_from_slice(&index.to_le_bytes());
-        p.extend_from_slice(&0u32.to_le_bytes());
-        p.extend_from_slice(&1u32.to_le_bytes());
-        self.call(cmd::DEVICE_SET_IRQS, &p, &[efd.as_raw_fd()])?
-            .map_err(|e| io::Error::other(format!("SET_IRQS failed: errno {e}")))?;
+        let set = msg::SetIrqs {
+            argsz: U32::new(size_of::<msg::SetIrqs>() as u32),
+            // DATA_EVENTFD | ACTION_TRIGGER
+            flags: U32::new(0x4 | 0x20),
+            index: index.into(),
+            start: U32::ZERO,
+            count: U32::new(1),
+        };
+        let reply = self.call(cmd::DEVICE_SET_IRQS, set.as_bytes(), &[efd.as_raw_fd()])?;
+        expect_ok(reply, "SET_IRQS")?;
         Ok(efd)
     }
 
     pub fn reset(&mut self) -> io::Result<Reply> {
         self.call(cmd::DEVICE_RESET, &[], &[])
+    }
+
+    /// One ISM command exactly as the driver's ism_cmd() issues it: the fields at offset
+    /// 8, the header at 0, then the response header and the rest in 8-byte loads.
+    pub fn ism_command<R: Request>(&mut self, request: &R) -> io::Result<CommandReply> {
+        self.ism_command_raw(request.as_bytes())
+    }
+
+    /// The same with any bytes, the first 8 taken as the header: for unknown opcodes and
+    /// lengths that lie.
+    pub fn ism_command_raw(&mut self, request: &[u8]) -> io::Result<CommandReply> {
+        let (header, fields) = request.split_at(ISM_HEADER_LEN.min(request.len()));
+        if !fields.is_empty() {
+            expect_ok(self.region_write(CMD_BAR, 8, fields)?, "command fields")?;
+        }
+        expect_ok(self.region_write(CMD_BAR, 0, header)?, "command header")?;
+        let mut bytes = expect_ok(self.region_read(CMD_BAR, 0, 8)?, "response header")?;
+        let (resp, _) = RespHeader::read_from_prefix(&bytes)
+            .map_err(|_| io::Error::other("short response header"))?;
+        let (ret, len) = (resp.ret.get(), u64::from(resp.len.get()));
+        if ret == 0 {
+            if len < 8 || len % 8 != 0 {
+                return Err(io::Error::other(format!("response length {len}")));
+            }
+            for offset in (8..len).step_by(8) {
+                bytes.extend(expect_ok(
+                    self.region_read(CMD_BAR, offset, 8)?,
+                    "response",
+                )?);
+            }
+        }
+        Ok(CommandReply { ret, bytes })
     }
 }
 

@@ -125,27 +125,28 @@ mod tests {
 
     fn mem(ram: &GuestRam) -> DmaSpace {
         let mut mem = DmaSpace::new();
-        mem.map(BASE, 8192, Some(ram.dup_file()), 0).unwrap();
+        mem.map(BASE, 8192, Some(ram.dup_file().unwrap()), 0)
+            .unwrap();
         mem
     }
 
     #[test]
     fn dmb_signal_sets_bit_mask_and_summary() {
-        let ram = GuestRam::new(8192);
+        let ram = GuestRam::new(8192).unwrap();
         let mem = mem(&ram);
         Sba { iova: BASE }.signal_dmb(&mem, 33, 0).unwrap();
-        assert_eq!(ram.read(0, 1), vec![0x80]);
+        assert_eq!(ram.read(0, 1).unwrap(), vec![0x80]);
         assert_eq!(
-            ram.read(4 + 4, 1),
+            ram.read(4 + 4, 1).unwrap(),
             vec![0x40],
             "index 33 is byte 8, second bit"
         );
-        assert_eq!(ram.read(256 + 66, 2), vec![0x80, 0x00]);
+        assert_eq!(ram.read(256 + 66, 2).unwrap(), vec![0x80, 0x00]);
     }
 
     #[test]
     fn ieq_index_wraps_after_15_entries() {
-        let ram = GuestRam::new(8192);
+        let ram = GuestRam::new(8192).unwrap();
         let mem = mem(&ram);
         let mut ieq = Ieq::register(&mem, BASE).unwrap();
         let ev = |n| Event {
@@ -163,7 +164,7 @@ mod tests {
         assert_eq!(seen[0], 1);
         assert_eq!(seen[14], 15);
         assert_eq!(seen[15], 1, "16th entry lands in slot 0 again");
-        let slot1_code = u32::from_be_bytes(ram.read(32 + 32 + 4, 4).try_into().unwrap());
+        let slot1_code = u32::from_be_bytes(ram.read(32 + 32 + 4, 4).unwrap().try_into().unwrap());
         assert_eq!(slot1_code, 16);
     }
 }

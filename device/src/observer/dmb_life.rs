@@ -18,11 +18,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use super::report::hex;
 use super::{ObservedEvent, ZERO_WATCH_LIMIT};
 use crate::dma::DmaSpace;
-use crate::fabric::{now_us, Dmb};
+use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
 
 /// CDC message layout (net/smc/smc_cdc.h, struct smcd_cdc_msg).
@@ -35,7 +36,7 @@ pub mod cdc {
     pub const PEER_CONN_ABORT: u8 = 0x20;
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnState {
     /// Registered, no connection has written yet.
@@ -44,11 +45,14 @@ pub enum ConnState {
     Closed,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DmbSummary {
     pub function: String,
+    #[serde(with = "hex")]
     pub gid: u64,
+    #[serde(with = "hex")]
     pub token: u64,
+    #[serde(with = "hex")]
     pub rgid: u64,
     pub len: u32,
     pub sba_idx: u32,
@@ -74,7 +78,7 @@ pub struct DmbSummary {
 pub const RECENT_CONNS: usize = 32;
 
 /// One connection's use of a DMB.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConnRecord {
     pub conn: u64,
     pub opened_us: u64,

@@ -1,7 +1,7 @@
 //! The host's view of what the guests do with their DMBs.
 //!
-//! The fabric calls in here (under its lock) when DMBs come and go and around every data
-//! move. From the SMC-D CDC messages that a peer writes at DMB offset 0 the observer
+//! The fabric reports to it through [`EventSink`] (under the fabric's lock) when functions
+//! and DMBs come and go and around every data move. From the SMC-D CDC messages that a peer writes at DMB offset 0 the observer
 //! recognises connections; from reading the owner's memory it sees whether the guest
 //! zeroed a DMB after a connection released it, and whether a reused DMB was clean. It only
 //! ever *reads* guest memory.
@@ -9,8 +9,8 @@
 //! Events go out as JSON lines (schema in docs/observer.md) to an optional file and to live
 //! followers on the control socket.
 
-pub mod control;
 pub mod dmb_life;
+pub mod report;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -21,15 +21,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::dma::DmaSpace;
-use crate::fabric::{now_us, Dmb};
+use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
 pub use dmb_life::{DmbLife, DmbSummary};
-
-/// Hex formatting for 64-bit identifiers: JSON numbers above 2^53 lose precision in many
-/// consumers, and GIDs and tokens read better in hex anyway.
-pub fn hex(v: u64) -> String {
-    format!("{v:#x}")
-}
+use report::hex;
 
 /// One line of the event stream.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -37,39 +32,52 @@ pub fn hex(v: u64) -> String {
 pub enum ObservedEvent {
     FunctionAttached {
         function: String,
+        #[serde(with = "hex")]
         gid: u64,
     },
     FunctionDetached {
         function: String,
+        #[serde(with = "hex")]
         gid: u64,
         reason: String,
     },
     DmbRegistered {
         function: String,
+        #[serde(with = "hex")]
         gid: u64,
+        #[serde(with = "hex")]
         token: u64,
+        #[serde(with = "hex")]
         rgid: u64,
+        #[serde(with = "hex")]
         iova: u64,
         len: u32,
         sba_idx: u32,
     },
     DmbUnregistered {
         function: String,
+        #[serde(with = "hex")]
         gid: u64,
+        #[serde(with = "hex")]
         token: u64,
         reason: String,
         connections: u64,
     },
     ConnOpened {
         function: String,
+        #[serde(with = "hex")]
         gid: u64,
+        #[serde(with = "hex")]
         token: u64,
+        #[serde(with = "hex")]
         rgid: u64,
         conn: u64,
     },
     ConnClosed {
         function: String,
+        #[serde(with = "hex")]
         gid: u64,
+        #[serde(with = "hex")]
         token: u64,
         conn: u64,
         how: String,
@@ -77,14 +85,18 @@ pub enum ObservedEvent {
     },
     DmbZeroed {
         function: String,
+        #[serde(with = "hex")]
         gid: u64,
+        #[serde(with = "hex")]
         token: u64,
         conn: u64,
         delay_ms: f64,
     },
     DmbReused {
         function: String,
+        #[serde(with = "hex")]
         gid: u64,
+        #[serde(with = "hex")]
         token: u64,
         conn: u64,
         clean: bool,
@@ -93,7 +105,9 @@ pub enum ObservedEvent {
     },
     DmbNotZeroed {
         function: String,
+        #[serde(with = "hex")]
         gid: u64,
+        #[serde(with = "hex")]
         token: u64,
         conn: u64,
         watched_ms: f64,
@@ -107,17 +121,9 @@ struct Line<'a> {
     event: &'a ObservedEvent,
 }
 
-/// Serialises an event with its time, with GIDs and tokens in hex.
+/// Serialises an event with its time (GIDs, tokens and IOVAs in hex).
 pub fn to_json_line(time_us: u64, event: &ObservedEvent) -> String {
-    let mut value = serde_json::to_value(Line { time_us, event }).unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        for key in ["gid", "rgid", "token", "iova"] {
-            if let Some(n) = map.get(key).and_then(|v| v.as_u64()) {
-                map.insert(key.to_string(), serde_json::Value::String(hex(n)));
-            }
-        }
-    }
-    value.to_string()
+    serde_json::to_string(&Line { time_us, event }).unwrap_or_default()
 }
 
 struct Outputs {
@@ -189,7 +195,44 @@ impl Observer {
         rx
     }
 
-    pub(crate) fn dmb_registered(&self, dmb: &Dmb, function: &str) {
+    pub fn summaries(&self) -> Vec<DmbSummary> {
+        self.tracker().summaries()
+    }
+}
+
+/// What the fabric reports, under its lock, as functions and DMBs come and go and data
+/// moves. [`Observer`] implements it; the fabric knows only this trait.
+pub trait EventSink: Send + Sync {
+    fn function_attached(&self, function: &str, gid: u64);
+    fn function_detached(&self, function: &str, gid: u64, reason: &str);
+    fn dmb_registered(&self, dmb: &Dmb, function: &str);
+    fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str);
+    /// A move into `dmb` is about to be applied; `mem` is the owner's memory without it.
+    fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]);
+    /// The move has been applied.
+    fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]);
+    /// Checks closed connections' DMBs for zeroing. Called periodically by the watcher;
+    /// `is_zero(token)` tells whether that DMB is all zero now (None: unreadable).
+    fn poll_zeroing(&self, is_zero: &dyn Fn(u64) -> Option<bool>);
+}
+
+impl EventSink for Observer {
+    fn function_attached(&self, function: &str, gid: u64) {
+        self.emit(ObservedEvent::FunctionAttached {
+            function: function.to_string(),
+            gid,
+        });
+    }
+
+    fn function_detached(&self, function: &str, gid: u64, reason: &str) {
+        self.emit(ObservedEvent::FunctionDetached {
+            function: function.to_string(),
+            gid,
+            reason: reason.to_string(),
+        });
+    }
+
+    fn dmb_registered(&self, dmb: &Dmb, function: &str) {
         self.tracker().register(dmb, function);
         self.emit(ObservedEvent::DmbRegistered {
             function: function.to_string(),
@@ -202,30 +245,24 @@ impl Observer {
         });
     }
 
-    pub(crate) fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str) {
+    fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str) {
         let events = self.tracker().unregister(dmb, reason, function);
         self.emit_all(events);
     }
 
-    pub(crate) fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
+    fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
         let events = self.tracker().before_move(dmb, mem, addr, data);
         self.emit_all(events);
     }
 
-    pub(crate) fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) {
+    fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) {
         let events = self.tracker().after_move(dmb, addr, data);
         self.emit_all(events);
     }
 
-    /// Checks closed connections' DMBs for zeroing. Called periodically by the watcher;
-    /// `is_zero(token)` tells whether that DMB is all zero now (None: unreadable).
-    pub fn poll_zeroing(&self, is_zero: impl Fn(u64) -> Option<bool>) {
+    fn poll_zeroing(&self, is_zero: &dyn Fn(u64) -> Option<bool>) {
         let events = self.tracker().poll_zeroing(is_zero);
         self.emit_all(events);
-    }
-
-    pub fn summaries(&self) -> Vec<DmbSummary> {
-        self.tracker().summaries()
     }
 }
 
