@@ -199,3 +199,116 @@ impl Fabric {
         Ok(Response::Token(token))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::rig::{Rig, BASE, RAM_SIZE};
+    use crate::ism::command::{Command, CommandError, Response};
+    use crate::ism::status::EventType;
+    use crate::ism::wire::MAX_VLAN_IDS;
+
+    #[test]
+    fn read_gid_answers_the_functions_own_gid() {
+        let rig = Rig::new(2);
+        let gid = rig.fabric.execute(1, Command::ReadGid);
+        assert_eq!(gid, Ok(Response::Gid(rig.gid(1))));
+    }
+
+    #[test]
+    fn tokens_leave_the_low_32_bits_to_the_move_address() {
+        let rig = Rig::new(1);
+        let token = rig.reg_dmb(0, rig.gid(0), 32);
+        assert_eq!(token & 0xffff_ffff, 0);
+        assert_eq!(
+            rig.sink.calls().last().unwrap(),
+            &format!("registered {token:#x} by ism0")
+        );
+    }
+
+    #[test]
+    fn a_freed_token_is_not_handed_out_again_at_once() {
+        let rig = Rig::new(1);
+        let first = rig.reg_dmb(0, 7, 32);
+        let unreg = Command::UnregDmb { token: first };
+        assert_eq!(rig.fabric.execute(0, unreg), Ok(Response::Empty));
+        assert_ne!(rig.reg_dmb(0, 7, 32), first);
+    }
+
+    #[test]
+    fn a_dmb_outside_the_mapped_memory_is_refused() {
+        let rig = Rig::new(1);
+        let sba_idx = 32 + (RAM_SIZE / 0x1_0000) as u32;
+        let err = rig.try_reg_dmb(0, 7, 16384, sba_idx).unwrap_err();
+        assert!(matches!(err, CommandError::Unmapped { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn an_sba_index_in_use_is_refused() {
+        let rig = Rig::new(1);
+        rig.reg_dmb(0, 7, 40);
+        let err = rig.try_reg_dmb(0, 7, 4096, 40);
+        assert_eq!(err, Err(CommandError::SbaIndexInUse(40)));
+    }
+
+    #[test]
+    fn only_the_owner_may_unregister_a_dmb() {
+        let rig = Rig::new(2);
+        let token = rig.reg_dmb(0, rig.gid(1), 32);
+        let err = rig.fabric.execute(1, Command::UnregDmb { token });
+        assert_eq!(err, Err(CommandError::UnknownToken(token)));
+        assert_eq!(rig.fabric.lock().functions[1].counters.command_errors, 1);
+    }
+
+    #[test]
+    fn query_info_counts_owned_and_used_dmbs() {
+        let rig = Rig::new(2);
+        rig.reg_dmb(0, rig.gid(1), 32);
+        rig.reg_dmb(1, rig.gid(0), 32);
+        rig.reg_dmb(1, rig.gid(0), 33);
+        let Ok(Response::QueryInfo(qi)) = rig.fabric.execute(0, Command::QueryInfo) else {
+            panic!("QUERY_INFO failed");
+        };
+        assert_eq!((qi.dmbs_owned, qi.dmbs_used), (1, 2));
+        assert_eq!((qi.my_gid, qi.sba), (rig.gid(0), BASE));
+    }
+
+    #[test]
+    fn signal_ieq_queues_a_software_event_at_the_peer() {
+        let rig = Rig::new(2);
+        let signal = Command::SignalIeq {
+            rgid: rig.gid(1),
+            trigger_irq: 1,
+            event_code: 0x83,
+            info: 99,
+        };
+        assert_eq!(rig.fabric.execute(0, signal), Ok(Response::Empty));
+        let (idx, entry) = rig.ieq(1, 0);
+        assert_eq!(idx, 1);
+        assert_eq!(entry.kind.get(), EventType::Software as u32);
+        assert_eq!((entry.code.get(), entry.tok.get()), (0x83, rig.gid(0)));
+        assert_eq!(entry.info.get(), 99);
+    }
+
+    #[test]
+    fn the_vlan_table_holds_64_ids() {
+        let rig = Rig::new(1);
+        for vlan in 0..MAX_VLAN_IDS as u64 {
+            rig.fabric.execute(0, Command::AddVlanId(vlan)).unwrap();
+        }
+        let full = rig.fabric.execute(0, Command::AddVlanId(1000));
+        assert_eq!(full, Err(CommandError::VlanTableFull));
+        let again = rig.fabric.execute(0, Command::AddVlanId(5));
+        assert_eq!(again, Ok(Response::Empty), "a known id fits");
+    }
+
+    #[test]
+    fn unregistering_twice_finds_nothing_registered() {
+        let rig = Rig::new(1);
+        assert_eq!(
+            rig.fabric.execute(0, Command::UnregIeq),
+            Ok(Response::Empty)
+        );
+        let err = rig.fabric.execute(0, Command::UnregIeq);
+        assert_eq!(err, Err(CommandError::NotRegistered));
+    }
+}

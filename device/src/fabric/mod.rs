@@ -8,6 +8,8 @@
 
 mod commands;
 mod moves;
+#[cfg(test)]
+mod rig;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -261,5 +263,51 @@ impl Fabric {
         self.lock().functions[id]
             .irq
             .set(index, flags, start, count, fds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rig::Rig;
+    use crate::ism::status::{gid_code, EventType};
+
+    #[test]
+    fn detach_drops_the_dmbs_and_tells_the_peer_whose_dmb_it_used() {
+        let rig = Rig::new(3);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        rig.fabric.detach(1, "client disconnected", false);
+        assert!(rig.fabric.lock().dmbs.is_empty());
+        let (idx, entry) = rig.ieq(0, 0);
+        assert_eq!(idx, 1, "ism0 shared a DMB with ism1");
+        assert_eq!(entry.kind.get(), EventType::Gid as u32);
+        assert_eq!(entry.code.get(), gid_code::GID_DISABLED);
+        assert_eq!(entry.tok.get(), rig.gid(1));
+        assert_eq!(rig.ieq(2, 0).0, 0, "ism2 shared nothing and hears nothing");
+        let calls = rig.sink.calls();
+        assert!(calls.contains(&format!("gone {token:#x}: client disconnected")));
+        assert!(calls.contains(&"detached ism1: client disconnected".to_string()));
+    }
+
+    #[test]
+    fn reset_of_a_function_that_set_nothing_up_is_not_reported() {
+        let rig = Rig::new(1);
+        rig.fabric.detach(0, "function reset", true);
+        rig.fabric.detach(0, "function reset", true);
+        let detached = rig.sink.calls().into_iter();
+        assert_eq!(detached.filter(|c| c.starts_with("detached")).count(), 1);
+        assert!(rig.fabric.lock().functions[0].attached);
+    }
+
+    #[test]
+    fn function_views_show_mappings_registrations_and_owned_dmbs() {
+        let rig = Rig::new(2);
+        rig.reg_dmb(1, rig.gid(0), 32);
+        let views = rig.fabric.function_views();
+        assert_eq!(views[1].gid, rig.gid(1));
+        assert_eq!(views[1].dmbs_owned, 1);
+        assert_eq!(views[0].dmbs_owned, 0);
+        assert_eq!(views[0].sba, Some(super::rig::BASE));
+        assert_eq!(views[0].mapped_bytes, super::rig::RAM_SIZE);
+        assert!(views[0].attached && !views[0].interrupt_enabled);
     }
 }

@@ -135,3 +135,90 @@ impl Fabric {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::rig::Rig;
+    use super::MoveError;
+    use crate::ism::MoveAddress;
+
+    fn to(token: u64, offset: u32, signal: bool) -> u64 {
+        MoveAddress {
+            token,
+            dmbe: 0,
+            signal,
+            offset,
+        }
+        .encode()
+    }
+
+    #[test]
+    fn a_move_lands_in_the_owners_dmb_and_signals_it() {
+        let rig = Rig::new(2);
+        let token = rig.reg_dmb(1, rig.gid(0), 33);
+        rig.fabric
+            .move_data(0, to(token, 100, true), b"hello")
+            .unwrap();
+        let at = Rig::dmb_offset(33);
+        assert_eq!(rig.ram(1, at + 99, 7), b"\0hello\0");
+        let sba = rig.ram(1, 0, 4096);
+        assert_eq!(sba[0] & 0x80, 0x80, "summary bit");
+        assert_eq!(sba[4 + 33 / 8], 0x80 >> (33 % 8), "DMB bit");
+        let st = rig.fabric.lock();
+        assert_eq!(st.functions[0].counters.bytes_out, 5);
+        assert_eq!(st.functions[1].counters.signals_in, 1);
+        let calls = rig.sink.calls();
+        let tail = &calls[calls.len() - 2..];
+        assert_eq!(
+            tail,
+            [
+                format!("before {token:#x}+100 5"),
+                format!("after {token:#x}+100 5")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_move_from_a_function_that_is_not_the_peer_writes_nothing() {
+        let rig = Rig::new(3);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        let err = rig.fabric.move_data(2, to(token, 0, true), b"intruder");
+        assert!(matches!(err, Err(MoveError::WrongSender { .. })), "{err:?}");
+        assert_eq!(rig.ram(1, Rig::dmb_offset(32), 8), [0; 8]);
+        assert_eq!(rig.fabric.lock().functions[2].counters.moves_rejected, 1);
+    }
+
+    #[test]
+    fn a_move_past_the_end_of_the_dmb_is_refused() {
+        let rig = Rig::new(2);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        let err = rig.fabric.move_data(0, to(token, 16380, false), &[1; 8]);
+        assert!(matches!(err, Err(MoveError::OutOfRange { .. })), "{err:?}");
+    }
+
+    #[test]
+    fn element_16_and_unknown_tokens_are_refused() {
+        let rig = Rig::new(2);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        let element_16 = to(token, 0, true) | 16 << 24;
+        let err = rig.fabric.move_data(0, element_16, b"x");
+        assert!(matches!(err, Err(MoveError::BadElement(16))), "{err:?}");
+        let err = rig.fabric.move_data(0, to(99 << 32, 0, true), b"x");
+        assert!(matches!(err, Err(MoveError::UnknownToken(_))), "{err:?}");
+    }
+
+    #[test]
+    fn the_zeroing_poll_reads_the_owners_dmb() {
+        let rig = Rig::new(2);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        rig.sink.watch.lock().unwrap().extend([token, 5 << 32]);
+        rig.fabric.poll_zeroing();
+        rig.fabric.move_data(0, to(token, 8, false), b"x").unwrap();
+        rig.fabric.poll_zeroing();
+        let calls = rig.sink.calls();
+        let polls: Vec<&String> = calls.iter().filter(|c| c.starts_with("zero")).collect();
+        assert_eq!(polls[0], &format!("zero {token:#x}: Some(true)"));
+        assert_eq!(polls[1], "zero 0x500000000: None", "unknown token");
+        assert_eq!(polls[2], &format!("zero {token:#x}: Some(false)"));
+    }
+}

@@ -8,29 +8,12 @@ use std::mem::size_of;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+pub use super::wire::opcode;
 use super::wire::{self, ReqHeader, RespHeader, MAX_VLAN_IDS};
 use super::{MAX_DMB_LEN, NR_DMBS, SBA_FIRST_DMB_BIT};
 
 /// The request header's length: a store of at least this much at offset 0 executes.
 pub const HEADER_LEN: usize = size_of::<ReqHeader>();
-
-/// Opcodes, as in the driver's ism.h.
-pub mod opcode {
-    pub const REG_SBA: u32 = 0x01;
-    pub const REG_IEQ: u32 = 0x02;
-    pub const READ_GID: u32 = 0x03;
-    pub const ADD_VLAN_ID: u32 = 0x04;
-    pub const DEL_VLAN_ID: u32 = 0x05;
-    pub const SET_VLAN: u32 = 0x06;
-    pub const RESET_VLAN: u32 = 0x07;
-    pub const QUERY_INFO: u32 = 0x08;
-    pub const QUERY_RGID: u32 = 0x09;
-    pub const REG_DMB: u32 = 0x0a;
-    pub const UNREG_DMB: u32 = 0x0b;
-    pub const SIGNAL_IEQ: u32 = 0x0e;
-    pub const UNREG_SBA: u32 = 0x11;
-    pub const UNREG_IEQ: u32 = 0x12;
-}
 
 /// A DMB registration request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

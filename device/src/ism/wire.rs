@@ -14,7 +14,23 @@ use std::mem::size_of;
 use zerocopy::big_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use super::command::opcode;
+/// Opcodes, as in the driver's ism.h.
+pub mod opcode {
+    pub const REG_SBA: u32 = 0x01;
+    pub const REG_IEQ: u32 = 0x02;
+    pub const READ_GID: u32 = 0x03;
+    pub const ADD_VLAN_ID: u32 = 0x04;
+    pub const DEL_VLAN_ID: u32 = 0x05;
+    pub const SET_VLAN: u32 = 0x06;
+    pub const RESET_VLAN: u32 = 0x07;
+    pub const QUERY_INFO: u32 = 0x08;
+    pub const QUERY_RGID: u32 = 0x09;
+    pub const REG_DMB: u32 = 0x0a;
+    pub const UNREG_DMB: u32 = 0x0b;
+    pub const SIGNAL_IEQ: u32 = 0x0e;
+    pub const UNREG_SBA: u32 = 0x11;
+    pub const UNREG_IEQ: u32 = 0x12;
+}
 
 /// VLAN ids a function keeps; QUERY_INFO answers with a table of this many.
 pub const MAX_VLAN_IDS: usize = 64;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::report::hex;
+use super::json::hex;
 use super::{ObservedEvent, ZERO_WATCH_LIMIT};
 use crate::dma::DmaSpace;
 use crate::dmb::{now_us, Dmb};

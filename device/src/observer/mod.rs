@@ -10,6 +10,7 @@
 //! followers on the control socket.
 
 pub mod dmb_life;
+pub mod json;
 pub mod report;
 
 use std::fs::File;
@@ -24,7 +25,7 @@ use crate::dma::DmaSpace;
 use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
 pub use dmb_life::{DmbLife, DmbSummary};
-use report::hex;
+use json::hex;
 
 /// One line of the event stream.
 #[derive(Clone, Debug, Serialize, PartialEq)]

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ism_emu::fabric::Fabric;
+use ism_emu::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN};
 use ism_emu::ism::wire::{self, ReqHeader, Request};
 use ism_emu::ism::MoveAddress;
 use ism_emu::observer::Observer;
@@ -13,7 +14,7 @@ use ism_emu::testkit::{take_count, Client, CommandReply, GuestRam, Reply, VLAN_S
 use ism_emu::{default_gid, server};
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::tempdir::TempDir;
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 pub const CHID: u16 = 0x1234;
 pub const IOVA_BASE: u64 = 0x1_0000_0000;
@@ -260,13 +261,10 @@ impl Guest {
     }
 
     pub fn ieq_entry(&self, slot: u64) -> (u32, u32, u64, u64) {
-        let e = self.ram.read(IEQ_PAGE * PAGE + 32 + 32 * slot, 32).unwrap();
-        (
-            u32::from_be_bytes(e[0..4].try_into().unwrap()),
-            u32::from_be_bytes(e[4..8].try_into().unwrap()),
-            u64::from_be_bytes(e[8..16].try_into().unwrap()),
-            u64::from_be_bytes(e[24..32].try_into().unwrap()),
-        )
+        let at = IEQ_PAGE * PAGE + IEQ_HEADER_LEN + IEQ_ENTRY_LEN * slot;
+        let bytes = self.ram.read(at, IEQ_ENTRY_LEN as usize).unwrap();
+        let e = IeqEntry::read_from_bytes(&bytes).unwrap();
+        (e.kind.get(), e.code.get(), e.tok.get(), e.info.get())
     }
 
     pub fn dmb_bytes(&self, dmb: &Dmb, offset: u64, len: usize) -> Vec<u8> {

@@ -1,72 +1,25 @@
-//! Test and benchmark kit (the `testkit` feature): fake guest RAM, a small vfio-user client
-//! and the ISM driver's way of issuing a command. Not part of the emulator.
+//! A hand-made vfio-user client, enough to play QEMU's part, and the ISM driver's way
+//! of issuing a command through it.
 //!
 //! The client speaks the wire protocol by hand instead of using `vfio_user::Client`
 //! because tests must send what QEMU never would (bad offsets, truncated messages,
 //! posted writes) and must read *error* replies, which that client cannot parse.
-//! Nothing here panics: every failure is an `io::Error` for the test to unwrap.
 
-use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
-use vmm_sys_util::tempfile::TempFile;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
+use super::GuestRam;
 use crate::ism::command::HEADER_LEN as ISM_HEADER_LEN;
 use crate::ism::wire::{Request, RespHeader};
 use crate::pci::Bar;
-
-/// The VLAN id with which the driver probes for SMC-Dv2 capability.
-pub const VLAN_SMCD_V2: u64 = 0x1fff;
-
-/// Guest RAM as QEMU gives it to the device: a shared file on tmpfs, passed by fd.
-/// (An unlinked /dev/shm file behaves like QEMU's memfd for everything the device does:
-/// fd passing, inode identity, shared mappings.)
-pub struct GuestRam {
-    file: File,
-}
-
-impl GuestRam {
-    pub fn new(size: u64) -> io::Result<Self> {
-        let shm = Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let file = TempFile::new_in(&dir)
-            .map_err(|e| io::Error::from_raw_os_error(e.errno()))?
-            .into_file();
-        file.set_len(size)?;
-        Ok(Self { file })
-    }
-
-    pub fn dup_file(&self) -> io::Result<File> {
-        self.file.try_clone()
-    }
-
-    pub fn fd(&self) -> RawFd {
-        self.file.as_raw_fd()
-    }
-
-    pub fn read(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0; len];
-        self.file.read_exact_at(&mut buf, offset)?;
-        Ok(buf)
-    }
-
-    pub fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(data, offset)
-    }
-}
 
 /// vfio-user command numbers (protocol specification, section "Commands").
 pub mod cmd {
@@ -402,9 +355,4 @@ impl Client {
         }
         Ok(CommandReply { ret, bytes })
     }
-}
-
-/// How many times an eventfd fired since the last call (0 when it did not).
-pub fn take_count(efd: &EventFd) -> u64 {
-    efd.read().unwrap_or(0)
 }
