@@ -111,14 +111,18 @@ fn sigterm_shuts_down_cleanly_and_removes_every_socket() {
     assert!(!dir.join("ctl").exists());
 }
 
+/// `ism-emu observe WHAT` against a fresh emulator with functions ism0 and ism1.
+fn observe_fresh(what: &str) -> Output {
+    let dir = tempdir();
+    let _child = serve(dir.as_path());
+    let ctl = dir.as_path().join("ctl");
+    assert!(wait_for(&ctl));
+    run(&["observe", "--control", ctl.to_str().unwrap(), what])
+}
+
 #[test]
 fn observe_lists_the_functions_with_their_gids() {
-    let dir = tempdir();
-    let dir = dir.as_path();
-    let _child = serve(dir);
-    assert!(wait_for(&dir.join("ctl")));
-    let ctl = dir.join("ctl");
-    let out = run(&["observe", "--control", ctl.to_str().unwrap(), "functions"]);
+    let out = observe_fresh("functions");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     assert!(text.contains("fabric CHID 0x0042"), "{text}");
@@ -127,13 +131,8 @@ fn observe_lists_the_functions_with_their_gids() {
 }
 
 #[test]
-fn observe_json_gives_gids_and_tokens_as_hex_strings() {
-    let dir = tempdir();
-    let dir = dir.as_path();
-    let _child = serve(dir);
-    assert!(wait_for(&dir.join("ctl")));
-    let ctl = dir.join("ctl");
-    let out = run(&["observe", "--control", ctl.to_str().unwrap(), "json"]);
+fn observe_json_gives_gids_as_hex_strings() {
+    let out = observe_fresh("json");
     assert!(out.status.success());
     let snap: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(snap["chid"], "0x0042");

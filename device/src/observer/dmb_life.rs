@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::json::hex;
-use super::{ObservedEvent, ZERO_WATCH_LIMIT};
+use super::{ObservedEvent, What, ZERO_WATCH_LIMIT};
 use crate::dma::DmaSpace;
 use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
@@ -94,6 +94,12 @@ pub struct ConnRecord {
     pub zeroed_after_ms: Option<f64>,
     /// The watch gave up: not zero within the watch limit after the close.
     pub not_zeroed: bool,
+}
+
+impl DmbSummary {
+    fn event(&self, what: What) -> ObservedEvent {
+        ObservedEvent::dmb(&self.function, self.gid, self.token, what)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -169,13 +175,12 @@ impl Tracker {
             life.summary.registered = false;
             life.summary.connections
         });
-        vec![ObservedEvent::DmbUnregistered {
-            function: function.to_string(),
-            gid: dmb.owner_gid,
-            token: dmb.token,
-            reason: reason.to_string(),
+        let reason = reason.to_string();
+        let what = What::DmbUnregistered {
+            reason,
             connections,
-        }]
+        };
+        vec![ObservedEvent::dmb(function, dmb.owner_gid, dmb.token, what)]
     }
 
     pub fn before_move(
@@ -235,15 +240,12 @@ impl Tracker {
                     s.function, s.gid, s.token, s.connections, first.unwrap_or(0)
                 );
             }
-            events.push(ObservedEvent::DmbReused {
-                function: s.function.clone(),
-                gid: s.gid,
-                token: s.token,
+            events.push(s.event(What::DmbReused {
                 conn,
                 clean: stale == 0,
                 stale_bytes: stale,
                 first_stale_offset: first,
-            });
+            }));
         }
         s.connections = conn;
         s.state = ConnState::Open;
@@ -253,13 +255,7 @@ impl Tracker {
         s.recent.push(record);
         life.closed_at = None;
         life.watch_done = false;
-        events.push(ObservedEvent::ConnOpened {
-            function: s.function.clone(),
-            gid: s.gid,
-            token: s.token,
-            rgid: s.rgid,
-            conn,
-        });
+        events.push(s.event(What::ConnOpened { rgid: s.rgid, conn }));
         events
     }
 
@@ -293,14 +289,11 @@ impl Tracker {
         let s = &mut life.summary;
         s.state = ConnState::Closed;
         s.closes += 1;
-        vec![ObservedEvent::ConnClosed {
-            function: s.function.clone(),
-            gid: s.gid,
-            token: s.token,
+        vec![s.event(What::ConnClosed {
             conn: s.connections,
             how: how.to_string(),
             bytes,
-        }]
+        })]
     }
 
     /// Tokens whose connection closed and whose zeroing has not been seen yet.
@@ -336,23 +329,17 @@ impl Tracker {
                 life.watch_done = true;
                 s.zeroed_after_close += 1;
                 s.zero_delays_ms.push(delay_ms);
-                events.push(ObservedEvent::DmbZeroed {
-                    function: s.function.clone(),
-                    gid: s.gid,
-                    token,
+                events.push(s.event(What::DmbZeroed {
                     conn: s.connections,
                     delay_ms,
-                });
+                }));
             } else if gave_up {
                 life.watch_done = true;
                 s.not_zeroed += 1;
-                events.push(ObservedEvent::DmbNotZeroed {
-                    function: s.function.clone(),
-                    gid: s.gid,
-                    token,
+                events.push(s.event(What::DmbNotZeroed {
                     conn: s.connections,
                     watched_ms: waited.as_secs_f64() * 1e3,
-                });
+                }));
             }
         }
         events

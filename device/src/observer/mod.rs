@@ -25,29 +25,30 @@ use crate::dma::DmaSpace;
 use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
 pub use dmb_life::{DmbLife, DmbSummary};
-use json::hex;
+use json::{hex, hex_opt};
 
-/// One line of the event stream.
+/// One line of the event stream: which function (and DMB) it is about, and what happened.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ObservedEvent {
+    pub function: String,
+    #[serde(with = "hex")]
+    pub gid: u64,
+    /// The DMB's token, for DMB and connection events.
+    #[serde(with = "hex_opt", skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    #[serde(flatten)]
+    pub what: What,
+}
+
+/// What happened, as the event's `kind` and its own fields (docs/observer.md).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ObservedEvent {
-    FunctionAttached {
-        function: String,
-        #[serde(with = "hex")]
-        gid: u64,
-    },
+pub enum What {
+    FunctionAttached,
     FunctionDetached {
-        function: String,
-        #[serde(with = "hex")]
-        gid: u64,
         reason: String,
     },
     DmbRegistered {
-        function: String,
-        #[serde(with = "hex")]
-        gid: u64,
-        #[serde(with = "hex")]
-        token: u64,
         #[serde(with = "hex")]
         rgid: u64,
         #[serde(with = "hex")]
@@ -56,63 +57,53 @@ pub enum ObservedEvent {
         sba_idx: u32,
     },
     DmbUnregistered {
-        function: String,
-        #[serde(with = "hex")]
-        gid: u64,
-        #[serde(with = "hex")]
-        token: u64,
         reason: String,
         connections: u64,
     },
     ConnOpened {
-        function: String,
-        #[serde(with = "hex")]
-        gid: u64,
-        #[serde(with = "hex")]
-        token: u64,
         #[serde(with = "hex")]
         rgid: u64,
         conn: u64,
     },
     ConnClosed {
-        function: String,
-        #[serde(with = "hex")]
-        gid: u64,
-        #[serde(with = "hex")]
-        token: u64,
         conn: u64,
         how: String,
         bytes: u64,
     },
     DmbZeroed {
-        function: String,
-        #[serde(with = "hex")]
-        gid: u64,
-        #[serde(with = "hex")]
-        token: u64,
         conn: u64,
         delay_ms: f64,
     },
     DmbReused {
-        function: String,
-        #[serde(with = "hex")]
-        gid: u64,
-        #[serde(with = "hex")]
-        token: u64,
         conn: u64,
         clean: bool,
         stale_bytes: u64,
         first_stale_offset: Option<u64>,
     },
     DmbNotZeroed {
-        function: String,
-        #[serde(with = "hex")]
-        gid: u64,
-        #[serde(with = "hex")]
-        token: u64,
         conn: u64,
         watched_ms: f64,
     },
+}
+
+impl ObservedEvent {
+    /// An event about function `function` as a whole.
+    pub fn function(function: &str, gid: u64, what: What) -> Self {
+        Self {
+            function: function.to_string(),
+            gid,
+            token: None,
+            what,
+        }
+    }
+
+    /// An event about DMB `token` of function `function`.
+    pub fn dmb(function: &str, gid: u64, token: u64, what: What) -> Self {
+        Self {
+            token: Some(token),
+            ..Self::function(function, gid, what)
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -219,31 +210,28 @@ pub trait EventSink: Send + Sync {
 
 impl EventSink for Observer {
     fn function_attached(&self, function: &str, gid: u64) {
-        self.emit(ObservedEvent::FunctionAttached {
-            function: function.to_string(),
+        self.emit(ObservedEvent::function(
+            function,
             gid,
-        });
+            What::FunctionAttached,
+        ));
     }
 
     fn function_detached(&self, function: &str, gid: u64, reason: &str) {
-        self.emit(ObservedEvent::FunctionDetached {
-            function: function.to_string(),
-            gid,
-            reason: reason.to_string(),
-        });
+        let reason = reason.to_string();
+        let what = What::FunctionDetached { reason };
+        self.emit(ObservedEvent::function(function, gid, what));
     }
 
     fn dmb_registered(&self, dmb: &Dmb, function: &str) {
         self.tracker().register(dmb, function);
-        self.emit(ObservedEvent::DmbRegistered {
-            function: function.to_string(),
-            gid: dmb.owner_gid,
-            token: dmb.token,
+        let what = What::DmbRegistered {
             rgid: dmb.rgid,
             iova: dmb.iova,
             len: dmb.len,
             sba_idx: dmb.sba_idx,
-        });
+        };
+        self.emit(ObservedEvent::dmb(function, dmb.owner_gid, dmb.token, what));
     }
 
     fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str) {
@@ -272,3 +260,31 @@ pub const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(5);
 /// How long after a close the watcher keeps looking before it reports `dmb_not_zeroed`
 /// (bounds the work a guest that never zeroes can cause).
 pub const ZERO_WATCH_LIMIT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_line_has_time_who_and_what_with_ids_in_hex() {
+        let what = What::ConnClosed {
+            conn: 1,
+            how: "close".into(),
+            bytes: 204848,
+        };
+        let event = ObservedEvent::dmb("ism0", 0x1234_0049_534d_0001, 1 << 32, what);
+        assert_eq!(
+            to_json_line(1796006540064202, &event),
+            r#"{"time_us":1796006540064202,"function":"ism0","gid":"0x12340049534d0001","token":"0x100000000","kind":"conn_closed","conn":1,"how":"close","bytes":204848}"#
+        );
+    }
+
+    #[test]
+    fn a_function_event_has_no_token() {
+        let event = ObservedEvent::function("ism1", 2, What::FunctionAttached);
+        assert_eq!(
+            to_json_line(5, &event),
+            r#"{"time_us":5,"function":"ism1","gid":"0x2","kind":"function_attached"}"#
+        );
+    }
+}
