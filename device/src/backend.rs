@@ -120,11 +120,8 @@ impl ServerBackend for IsmBackend {
         match Region::from_index(region) {
             Some(Region::Config) => {
                 if !self.config.read(offset, data) {
-                    log::warn!(
-                        "{}: config read {offset:#x}+{} out of range",
-                        self.name,
-                        data.len()
-                    );
+                    let (name, len) = (&self.name, data.len());
+                    log::warn!("{name}: config read {offset:#x}+{len} out of range");
                     data.fill(0xff);
                 }
             }
@@ -145,11 +142,8 @@ impl ServerBackend for IsmBackend {
         match Region::from_index(region) {
             Some(Region::Config) => {
                 if !self.config.write(offset, data) {
-                    log::warn!(
-                        "{}: config write {offset:#x}+{} out of range ignored",
-                        self.name,
-                        data.len()
-                    );
+                    let (name, len) = (&self.name, data.len());
+                    log::warn!("{name}: config write {offset:#x}+{len} out of range ignored");
                 }
             }
             Some(Region::Bar(Bar::Command)) => {

@@ -211,12 +211,6 @@ impl DmaSpace {
         self.write(iova, &value.to_be_bytes())
     }
 
-    pub fn read_u64_be(&self, iova: u64) -> Result<u64> {
-        let mut bytes = [0; 8];
-        self.read(iova, &mut bytes)?;
-        Ok(u64::from_be_bytes(bytes))
-    }
-
     /// Atomically ORs `mask` into the byte at `iova`: the guest clears status bits with
     /// atomic instructions while the device sets others in the same word.
     pub fn fetch_or_u8(&self, iova: u64, mask: u8) -> Result<u8> {

@@ -174,7 +174,9 @@ mod tests {
         let mut seen = Vec::new();
         for n in 0..17 {
             ieq.push(&mem, &ev(n)).unwrap();
-            seen.push(mem.read_u64_be(BASE).unwrap());
+            let mut idx = [0; 8];
+            mem.read(BASE, &mut idx).unwrap();
+            seen.push(u64::from_be_bytes(idx));
         }
         assert_eq!(seen[0], 1);
         assert_eq!(seen[14], 15);
