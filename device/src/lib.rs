@@ -7,9 +7,9 @@
 //! - [`backend`]: one function as its vfio-user client sees it (regions, DMA, interrupts);
 //! - [`fabric`]: the functions of one machine, their DMBs, routing between guests;
 //! - [`observer`]: the host's view: DMB lives, events, the snapshot and its tables;
+//! - [`pci`]: configuration space and the BAR table;
 //! - [`dmb`]: a registered DMB and the clock, shared by fabric and observer;
 //! - [`ism`]: commands and their wire format, data-move addresses, status block, events;
-//! - [`pci`]: configuration space and the BAR table;
 //! - [`dma`]: a guest's IOVA space over its shared RAM;
 //! - [`interrupts`]: the one MSI/MSI-X vector;
 //! - [`ratelimit`]: keeps guest-triggered log lines from flooding the host's log.

@@ -8,7 +8,6 @@
 
 mod commands;
 mod moves;
-#[cfg(test)]
 mod rig;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,6 +1,7 @@
 //! A fabric over in-memory guest RAM for the fabric's own unit tests: no sockets, no
 //! threads. Each function's RAM is mapped at `BASE`, with the SBA in its first page, the
 //! IEQ in its second and DMBs from `DMB_AREA` on, 64 KiB apart.
+#![cfg(test)]
 
 use std::sync::{Arc, Mutex};
 
