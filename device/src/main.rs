@@ -1,5 +1,6 @@
 //! `ism-emu serve`: run the emulated ISM functions of one machine.
 //! `ism-emu observe`: look at a running emulator from the host.
+#![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
