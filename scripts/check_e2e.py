@@ -277,9 +277,9 @@ def main():
         for d in dmbs:
             late = [x for x in d["zero_delays_ms"] if x > RELEASE_WINDOW_MS]
             if d["reuses"] and d["zeroed_after_close"] < d["reuses"]:
-                errors.append(f"kernel {release} zeroes at release: DMB {d['token']:#x} reused {d['reuses']}x but zeroed after close only {d['zeroed_after_close']}x")
+                errors.append(f"kernel {release} zeroes at release: DMB {d['token']} reused {d['reuses']}x but zeroed after close only {d['zeroed_after_close']}x")
             if late:
-                errors.append(f"kernel {release} zeroes at release: DMB {d['token']:#x} zeroed late after close: {late} ms")
+                errors.append(f"kernel {release} zeroes at release: DMB {d['token']} zeroed late after close: {late} ms")
     elif expected == "hand-out":
         if reuses == 0:
             errors.append(f"kernel {release}: no reuse seen")

@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ism_emu::fabric::Fabric;
-use ism_emu::ism::command::opcode;
+use ism_emu::ism::wire::{ReadGidRequest, RegDmbRequest, RegDmbResponse, RegSbaRequest, Request};
 use ism_emu::ism::MoveAddress;
 use ism_emu::observer::Observer;
-use ism_emu::testkit::{Client, GuestRam};
+use ism_emu::testkit::{Client, CommandReply, GuestRam, VLAN_SMCD_V2};
 use ism_emu::{default_gid, server};
+use vmm_sys_util::tempdir::TempDir;
 
 const IOVA: u64 = 0x1_0000_0000;
 const CHID: u16 = 0x1234;
@@ -65,53 +66,41 @@ fn baseline(exchanges: &[(usize, usize)]) -> f64 {
     r
 }
 
+/// One command that must succeed.
+fn command<R: Request>(client: &mut Client, request: &R) -> CommandReply {
+    let reply = client.ism_command(request).unwrap();
+    assert_eq!(reply.ret, 0, "command {:#x} failed", R::OPCODE);
+    reply
+}
+
 fn main() {
-    let dir = std::env::temp_dir().join(format!("ism-emu-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-bench-")).unwrap();
     let functions = (0..2)
         .map(|i| (format!("ism{i}"), default_gid(CHID, i)))
         .collect();
-    let fabric = Arc::new(Fabric::new(CHID, functions, Observer::default()));
-    let paths: Vec<_> = (0..2).map(|i| dir.join(format!("ism{i}.sock"))).collect();
+    let fabric = Arc::new(Fabric::new(CHID, functions, Arc::new(Observer::default())));
+    let paths: Vec<_> = (0..2)
+        .map(|i| dir.as_path().join(format!("ism{i}.sock")))
+        .collect();
     for (i, p) in paths.iter().enumerate() {
         server::spawn_function(Arc::clone(&fabric), i, p).unwrap();
     }
     let mut sender = Client::connect(&paths[0]).unwrap();
     let mut owner = Client::connect(&paths[1]).unwrap();
-    let ram = GuestRam::new(4 << 20);
+    let ram = GuestRam::new(4 << 20).unwrap();
     owner.dma_map_pages(IOVA, 768, &ram, 0).unwrap();
     owner.set_irq_eventfd(1).unwrap();
-    let cmd = |c: &mut Client, op: u32, payload: &[u8]| -> Vec<u8> {
-        if !payload.is_empty() {
-            c.region_write(2, 8, payload).unwrap().unwrap();
-        }
-        let mut h = op.to_be_bytes().to_vec();
-        h.extend_from_slice(&0u16.to_be_bytes());
-        h.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-        c.region_write(2, 0, &h).unwrap().unwrap();
-        let resp = c.region_read(2, 0, 8).unwrap().unwrap();
-        assert_eq!(&resp[4..6], &[0, 0], "command {op:#x} failed");
-        let len = u16::from_be_bytes([resp[6], resp[7]]) as u64;
-        let mut out = Vec::new();
-        let mut off = 8;
-        while off < len {
-            out.extend(c.region_read(2, off, 8).unwrap().unwrap());
-            off += 8;
-        }
-        out
-    };
-    cmd(&mut owner, opcode::REG_SBA, &IOVA.to_be_bytes());
-    let mut req = (IOVA + 0x10_0000).to_be_bytes().to_vec();
-    req.extend_from_slice(&(1u32 << 20).to_be_bytes());
-    req.extend_from_slice(&32u32.to_be_bytes());
-    req.extend_from_slice(&1u32.to_be_bytes());
-    req.extend_from_slice(&0x1fffu32.to_be_bytes());
-    req.extend_from_slice(&default_gid(CHID, 0).to_be_bytes());
-    let token = u64::from_be_bytes(
-        cmd(&mut owner, opcode::REG_DMB, &req)[..8]
-            .try_into()
-            .unwrap(),
+    command(&mut owner, &RegSbaRequest::new(IOVA.into()));
+    let reg_dmb = RegDmbRequest::new(
+        (IOVA + 0x10_0000).into(),
+        (1u32 << 20).into(),
+        32.into(),
+        1.into(),
+        (VLAN_SMCD_V2 as u32).into(),
+        default_gid(CHID, 0).into(),
     );
+    let reply = command(&mut owner, &reg_dmb);
+    let token = reply.get::<RegDmbResponse>().unwrap().dmb_tok.get();
 
     println!("ism-emu throughput through the vfio-user socket (one sender, one owner, 1 MiB DMB)");
     println!();
@@ -150,7 +139,7 @@ fn main() {
     }
     // READ_GID as the driver does it: header store, response header load, one 8-byte load.
     let dev = rate(|| {
-        cmd(&mut sender, opcode::READ_GID, &[]);
+        command(&mut sender, &ReadGidRequest::new());
     });
     let raw = baseline(&[(40, 32), (32, 40), (32, 40)]);
     println!(
@@ -166,5 +155,4 @@ fn main() {
     println!(
         "ratio = AF_UNIX rate / device rate (1.00x: the device adds nothing to the transport)"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use vm_memory::bitmap::BS;
 use vm_memory::mmap::MmapRegion;
 use vm_memory::volatile_memory::VolatileSlice;
-use vm_memory::{Bytes, FileOffset, VolatileMemory};
+use vm_memory::{FileOffset, VolatileMemory};
 
 /// Errors of the DMA address space. IOVAs are what the guest asked for; they are logged.
 #[derive(Debug, thiserror::Error)]
@@ -207,28 +207,8 @@ impl DmaSpace {
         Ok(None)
     }
 
-    pub fn fill(&self, iova: u64, len: u64, byte: u8) -> Result<()> {
-        let chunk = [byte; 4096];
-        self.for_each_segment(iova, len, |slice, _| {
-            let mut done = 0;
-            while done < slice.len() {
-                let n = (slice.len() - done).min(chunk.len());
-                // Cannot fail: `done + n <= slice.len()`.
-                let _ = slice.write_slice(&chunk[..n], done);
-                done += n;
-            }
-            Ok(())
-        })
-    }
-
     pub fn write_u64_be(&self, iova: u64, value: u64) -> Result<()> {
         self.write(iova, &value.to_be_bytes())
-    }
-
-    pub fn read_u64_be(&self, iova: u64) -> Result<u64> {
-        let mut bytes = [0; 8];
-        self.read(iova, &mut bytes)?;
-        Ok(u64::from_be_bytes(bytes))
     }
 
     /// Atomically ORs `mask` into the byte at `iova`: the guest clears status bits with
@@ -320,7 +300,12 @@ mod tests {
         let mut space = DmaSpace::new();
         for i in 0..pages {
             space
-                .map(iova + i * PAGE, PAGE, Some(ram.dup_file()), i * PAGE)
+                .map(
+                    iova + i * PAGE,
+                    PAGE,
+                    Some(ram.dup_file().unwrap()),
+                    i * PAGE,
+                )
                 .unwrap();
         }
         space
@@ -328,7 +313,7 @@ mod tests {
 
     #[test]
     fn duplicate_fds_share_one_mapping() {
-        let ram = GuestRam::new(16 * PAGE);
+        let ram = GuestRam::new(16 * PAGE).unwrap();
         let space = space_with_pages(&ram, 0x1_0000_0000, 8);
         assert_eq!(space.backings.len(), 1);
         assert_eq!(space.mapped_bytes(), 8 * PAGE);
@@ -336,40 +321,40 @@ mod tests {
 
     #[test]
     fn write_across_pages_lands_at_file_offsets() {
-        let ram = GuestRam::new(16 * PAGE);
+        let ram = GuestRam::new(16 * PAGE).unwrap();
         let space = space_with_pages(&ram, 0x1_0000_0000, 4);
         space
             .write(0x1_0000_0000 + PAGE - 2, &[1, 2, 3, 4])
             .unwrap();
-        assert_eq!(ram.read(PAGE - 2, 4), vec![1, 2, 3, 4]);
+        assert_eq!(ram.read(PAGE - 2, 4).unwrap(), vec![1, 2, 3, 4]);
     }
 
     #[test]
     fn write_to_unmapped_iova_fails_and_writes_nothing() {
-        let ram = GuestRam::new(16 * PAGE);
+        let ram = GuestRam::new(16 * PAGE).unwrap();
         let space = space_with_pages(&ram, 0x1_0000_0000, 1);
         let err = space.write(0x1_0000_0000 + PAGE - 2, &[9, 9, 9, 9]);
         assert!(matches!(err, Err(DmaError::Unmapped { .. })));
-        assert_eq!(ram.read(PAGE - 2, 2), vec![0, 0]);
+        assert_eq!(ram.read(PAGE - 2, 2).unwrap(), vec![0, 0]);
     }
 
     #[test]
     fn partial_unmap_splits_a_run() {
-        let ram = GuestRam::new(16 * PAGE);
+        let ram = GuestRam::new(16 * PAGE).unwrap();
         let mut space = DmaSpace::new();
         space
-            .map(0x10_0000, 4 * PAGE, Some(ram.dup_file()), 0)
+            .map(0x10_0000, 4 * PAGE, Some(ram.dup_file().unwrap()), 0)
             .unwrap();
         assert_eq!(space.unmap(0x10_0000 + PAGE, PAGE), PAGE);
         assert!(space.is_mapped(0x10_0000, PAGE));
         assert!(!space.is_mapped(0x10_0000 + PAGE, 1));
         space.write(0x10_0000 + 2 * PAGE, &[7]).unwrap();
-        assert_eq!(ram.read(2 * PAGE, 1), vec![7]);
+        assert_eq!(ram.read(2 * PAGE, 1).unwrap(), vec![7]);
     }
 
     #[test]
     fn unmap_covering_many_maps_drops_the_backing() {
-        let ram = GuestRam::new(16 * PAGE);
+        let ram = GuestRam::new(16 * PAGE).unwrap();
         let mut space = space_with_pages(&ram, 0x1_0000_0000, 8);
         assert_eq!(space.unmap(0, u64::MAX), 8 * PAGE);
         assert_eq!(space.mapped_bytes(), 0);
@@ -378,26 +363,26 @@ mod tests {
 
     #[test]
     fn map_beyond_the_file_is_rejected() {
-        let ram = GuestRam::new(PAGE);
+        let ram = GuestRam::new(PAGE).unwrap();
         let mut space = DmaSpace::new();
-        let err = space.map(0x1000, 2 * PAGE, Some(ram.dup_file()), 0);
+        let err = space.map(0x1000, 2 * PAGE, Some(ram.dup_file().unwrap()), 0);
         assert!(matches!(err, Err(DmaError::OutsideFile { .. })));
     }
 
     #[test]
     fn wrapping_range_is_rejected() {
-        let ram = GuestRam::new(PAGE);
+        let ram = GuestRam::new(PAGE).unwrap();
         let mut space = DmaSpace::new();
-        let err = space.map(u64::MAX - 10, PAGE, Some(ram.dup_file()), 0);
+        let err = space.map(u64::MAX - 10, PAGE, Some(ram.dup_file().unwrap()), 0);
         assert!(matches!(err, Err(DmaError::BadRange { .. })));
     }
 
     #[test]
     fn first_nonzero_finds_the_first_dirty_byte_across_pages() {
-        let ram = GuestRam::new(16 * PAGE);
+        let ram = GuestRam::new(16 * PAGE).unwrap();
         let space = space_with_pages(&ram, 0x1_0000_0000, 4);
         assert_eq!(space.first_nonzero(0x1_0000_0000, 4 * PAGE).unwrap(), None);
-        ram.write(2 * PAGE + 5, &[1]);
+        ram.write(2 * PAGE + 5, &[1]).unwrap();
         assert_eq!(
             space.first_nonzero(0x1_0000_0000, 4 * PAGE).unwrap(),
             Some(2 * PAGE + 5)
@@ -406,10 +391,10 @@ mod tests {
 
     #[test]
     fn fetch_or_sets_bits_atomically() {
-        let ram = GuestRam::new(PAGE);
+        let ram = GuestRam::new(PAGE).unwrap();
         let space = space_with_pages(&ram, 0x2000, 1);
         space.fetch_or_u8(0x2004, 0x80).unwrap();
         space.fetch_or_u8(0x2004, 0x01).unwrap();
-        assert_eq!(ram.read(4, 1), vec![0x81]);
+        assert_eq!(ram.read(4, 1).unwrap(), vec![0x81]);
     }
 }

@@ -1,18 +1,24 @@
 //! ism-emu: an emulated IBM ISM PCI function (the SMC-D device of IBM Z) for QEMU s390x
 //! guests, served over vfio-user.
 //!
-//! Layers, from the wire inwards:
+//! Layers, from the wire inwards (each uses only those below it):
 //! - [`server`]: one vfio-user server per function socket, the main event loop;
-//! - [`ism::function`]: one function as its client sees it (regions, DMA, interrupts);
-//! - [`pci`]: configuration space and the BAR table;
-//! - [`ism`]: commands, data-move addresses, status block and event queue;
+//! - [`control`]: the control socket (`ism-emu observe`);
+//! - [`backend`]: one function as its vfio-user client sees it (regions, DMA, interrupts);
 //! - [`fabric`]: the functions of one machine, their DMBs, routing between guests;
+//! - [`observer`]: the host's view: DMB lives, events, the snapshot and its tables;
+//! - [`pci`]: configuration space and the BAR table;
+//! - [`dmb`]: a registered DMB and the clock, shared by fabric and observer;
+//! - [`ism`]: commands and their wire format, data-move addresses, status block, events;
 //! - [`dma`]: a guest's IOVA space over its shared RAM;
 //! - [`interrupts`]: the one MSI/MSI-X vector;
-//! - [`observer`]: the host's view: DMB lives, events, control socket;
 //! - [`ratelimit`]: keeps guest-triggered log lines from flooding the host's log.
+#![forbid(unsafe_code)]
 
+pub mod backend;
+pub mod control;
 pub mod dma;
+pub mod dmb;
 pub mod fabric;
 pub mod interrupts;
 pub mod ism;
@@ -20,6 +26,8 @@ pub mod observer;
 pub mod pci;
 pub mod ratelimit;
 pub mod server;
+#[cfg(any(test, feature = "testkit"))]
+#[doc(hidden)]
 pub mod testkit;
 
 /// The GID of function `index` on fabric `chid`: nonzero, unique on the fabric and the

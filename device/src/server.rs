@@ -5,17 +5,18 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use event_manager::{EventManager, EventOps, Events, MutEventSubscriber, SubscriberOps};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::timerfd::TimerFd;
 
-use crate::fabric::{Fabric, FunctionId};
+use crate::backend::IsmBackend;
+use crate::control::Control;
+use crate::dmb::FunctionId;
+use crate::fabric::Fabric;
 use crate::interrupts::irq_infos;
-use crate::ism::function::IsmFunction;
-use crate::observer::{control, ZERO_POLL_INTERVAL};
+use crate::observer::{Observer, ZERO_POLL_INTERVAL};
 use crate::pci::server_regions;
 
 #[derive(Debug, thiserror::Error)]
@@ -38,19 +39,9 @@ pub enum ServeError {
     EventLoop(#[source] std::io::Error),
 }
 
-/// One function's socket and the thread that serves it, client after client.
-pub struct FunctionServer {
-    pub path: PathBuf,
-    pub thread: JoinHandle<()>,
-}
-
 /// Binds `path` and serves function `id` on it until the process ends. When a client goes
 /// away its state is dropped and the next client is accepted on the same socket.
-pub fn spawn_function(
-    fabric: Arc<Fabric>,
-    id: FunctionId,
-    path: &Path,
-) -> Result<FunctionServer, ServeError> {
+pub fn spawn_function(fabric: Arc<Fabric>, id: FunctionId, path: &Path) -> Result<(), ServeError> {
     if path.exists() {
         return Err(ServeError::SocketExists(path.to_path_buf()));
     }
@@ -61,35 +52,33 @@ pub fn spawn_function(
                 source,
             }
         })?;
-    let name = fabric.lock().functions[id].name.clone();
-    let thread = std::thread::Builder::new()
+    let (name, _) = fabric.identity(id);
+    // The thread lives as long as the process: nothing joins it.
+    std::thread::Builder::new()
         .name(name.clone())
         .spawn(move || {
-            let mut function = IsmFunction::new(fabric, id);
+            let mut backend = IsmBackend::new(fabric, id);
             loop {
-                match server.run(&mut function) {
+                match server.run(&mut backend) {
                     Ok(()) => log::info!("{name}: client disconnected"),
                     Err(e) => log::warn!("{name}: client dropped: {e}"),
                 }
-                function.disconnect();
+                backend.disconnect();
             }
         })
         .map_err(ServeError::EventLoop)?;
-    Ok(FunctionServer {
-        path: path.to_path_buf(),
-        thread,
-    })
+    Ok(())
 }
 
 /// Accepts control clients.
 struct ControlSubscriber {
-    fabric: Arc<Fabric>,
+    control: Control,
     listener: UnixListener,
 }
 
 impl MutEventSubscriber for ControlSubscriber {
     fn process(&mut self, _events: Events, _ops: &mut EventOps) {
-        control::accept_all(&self.fabric, &self.listener);
+        self.control.accept_all(&self.listener);
     }
     fn init(&mut self, ops: &mut EventOps) {
         if let Err(e) = ops.add(Events::new(&self.listener, EventSet::IN)) {
@@ -142,29 +131,22 @@ impl MutEventSubscriber for Shutdown {
 /// Runs the main loop until SIGINT or SIGTERM, then removes the sockets.
 pub fn run(
     fabric: Arc<Fabric>,
+    observer: Arc<Observer>,
     sockets: &[PathBuf],
     control_path: Option<&Path>,
 ) -> Result<(), ServeError> {
-    let mut servers = Vec::new();
     for (id, path) in sockets.iter().enumerate() {
-        let server = spawn_function(Arc::clone(&fabric), id, path);
-        match server {
-            Ok(s) => servers.push(s),
-            Err(e) => {
-                cleanup(&servers, control_path);
-                return Err(e);
-            }
+        if let Err(e) = spawn_function(Arc::clone(&fabric), id, path) {
+            cleanup(&sockets[..id], control_path);
+            return Err(e);
         }
-        log::info!(
-            "ism{id}: gid {:#018x} listening on {}",
-            fabric.gid(id),
-            path.display()
-        );
+        let (name, gid) = fabric.identity(id);
+        log::info!("{name}: gid {gid:#018x} listening on {}", path.display());
     }
 
     let mut manager =
         EventManager::<Arc<Mutex<dyn MutEventSubscriber + Send>>>::new().map_err(|e| {
-            cleanup(&servers, control_path);
+            cleanup(sockets, control_path);
             ServeError::EventLoop(std::io::Error::other(format!("{e:?}")))
         })?;
     if let Some(path) = control_path {
@@ -172,7 +154,7 @@ pub fn run(
             let _ = std::fs::remove_file(path);
         }
         let listener = UnixListener::bind(path).map_err(|source| {
-            cleanup(&servers, None);
+            cleanup(sockets, None);
             ServeError::Control {
                 path: path.to_path_buf(),
                 source,
@@ -182,7 +164,10 @@ pub fn run(
             .set_nonblocking(true)
             .map_err(ServeError::EventLoop)?;
         manager.add_subscriber(Arc::new(Mutex::new(ControlSubscriber {
-            fabric: Arc::clone(&fabric),
+            control: Control {
+                fabric: Arc::clone(&fabric),
+                observer,
+            },
             listener,
         })));
         log::info!("control socket at {}", path.display());
@@ -211,13 +196,13 @@ pub fn run(
         }
     }
     log::info!("shutting down");
-    cleanup(&servers, control_path);
+    cleanup(sockets, control_path);
     Ok(())
 }
 
-fn cleanup(servers: &[FunctionServer], control_path: Option<&Path>) {
-    for s in servers {
-        let _ = std::fs::remove_file(&s.path);
+fn cleanup(sockets: &[PathBuf], control_path: Option<&Path>) {
+    for path in sockets {
+        let _ = std::fs::remove_file(path);
     }
     if let Some(path) = control_path {
         let _ = std::fs::remove_file(path);

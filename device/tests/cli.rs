@@ -1,21 +1,79 @@
 //! The `ism-emu` binary: serving, observing, shutting down.
+//!
+//! Every process a test starts belongs to a `Running` guard that kills it when the test
+//! ends, failed or not, so no `ism-emu serve` outlives its test.
 
+use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ism-emu");
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use vmm_sys_util::tempdir::TempDir;
 
-fn tempdir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("ism-emu-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+const BIN: &str = env!("CARGO_BIN_EXE_ism-emu");
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A child process, killed (SIGKILL) and reaped on drop.
+struct Running(Child);
+
+impl Running {
+    fn spawn(command: &mut Command) -> Self {
+        Self(command.spawn().unwrap())
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.0.id() as i32), signal).unwrap();
+    }
+
+    /// Waits for the exit; None if the process is still running after `PATIENCE`.
+    fn wait(&mut self) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < PATIENCE {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs the binary to completion (at most `PATIENCE`) and returns what it printed.
+fn run(args: &[&str]) -> Output {
+    let mut command = Command::new(BIN);
+    command.args(args);
+    let mut child = Running::spawn(command.stdout(Stdio::piped()).stderr(Stdio::piped()));
+    let status = child.wait().expect("ism-emu did not exit");
+    let mut output = Output {
+        status,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    };
+    if let Some(out) = child.0.stdout.as_mut() {
+        out.read_to_end(&mut output.stdout).unwrap();
+    }
+    if let Some(err) = child.0.stderr.as_mut() {
+        err.read_to_end(&mut output.stderr).unwrap();
+    }
+    output
+}
+
+fn tempdir() -> TempDir {
+    TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-cli-")).unwrap()
 }
 
 fn wait_for(path: &Path) -> bool {
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
+    while start.elapsed() < PATIENCE {
         if path.exists() {
             return true;
         }
@@ -24,55 +82,47 @@ fn wait_for(path: &Path) -> bool {
     false
 }
 
-fn serve(dir: &Path) -> Child {
-    Command::new(BIN)
-        .args(["serve", "--chid", "0x42"])
-        .arg("--socket")
-        .arg(dir.join("a.sock"))
-        .arg("--socket")
-        .arg(dir.join("b.sock"))
-        .arg("--control")
-        .arg(dir.join("ctl"))
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-fn sigterm(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+fn serve(dir: &Path) -> Running {
+    Running::spawn(
+        Command::new(BIN)
+            .args(["serve", "--chid", "0x42"])
+            .arg("--socket")
+            .arg(dir.join("a.sock"))
+            .arg("--socket")
+            .arg(dir.join("b.sock"))
+            .arg("--control")
+            .arg(dir.join("ctl"))
+            .stderr(Stdio::null()),
+    )
 }
 
 #[test]
 fn sigterm_shuts_down_cleanly_and_removes_every_socket() {
-    let dir = tempdir("term");
-    let mut child = serve(&dir);
+    let dir = tempdir();
+    let dir = dir.as_path();
+    let mut child = serve(dir);
     assert!(wait_for(&dir.join("ctl")));
     assert!(dir.join("a.sock").exists() && dir.join("b.sock").exists());
-    sigterm(&child);
-    let status = child.wait().unwrap();
+    child.signal(Signal::SIGTERM);
+    let status = child.wait().expect("still running after SIGTERM");
     assert!(status.success(), "exit status {status}");
     assert!(!dir.join("a.sock").exists());
     assert!(!dir.join("b.sock").exists());
     assert!(!dir.join("ctl").exists());
 }
 
+/// `ism-emu observe WHAT` against a fresh emulator with functions ism0 and ism1.
+fn observe_fresh(what: &str) -> Output {
+    let dir = tempdir();
+    let _child = serve(dir.as_path());
+    let ctl = dir.as_path().join("ctl");
+    assert!(wait_for(&ctl));
+    run(&["observe", "--control", ctl.to_str().unwrap(), what])
+}
+
 #[test]
 fn observe_lists_the_functions_with_their_gids() {
-    let dir = tempdir("observe");
-    let mut child = serve(&dir);
-    assert!(wait_for(&dir.join("ctl")));
-    let out = Command::new(BIN)
-        .args(["observe", "--control"])
-        .arg(dir.join("ctl"))
-        .arg("functions")
-        .output()
-        .unwrap();
-    sigterm(&child);
-    child.wait().unwrap();
+    let out = observe_fresh("functions");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     assert!(text.contains("fabric CHID 0x0042"), "{text}");
@@ -81,14 +131,21 @@ fn observe_lists_the_functions_with_their_gids() {
 }
 
 #[test]
+fn observe_json_gives_gids_as_hex_strings() {
+    let out = observe_fresh("json");
+    assert!(out.status.success());
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(snap["chid"], "0x0042");
+    assert_eq!(snap["functions"][1]["gid"], "0x420049534d0002");
+    assert_eq!(snap["dmbs"], serde_json::json!([]));
+}
+
+#[test]
 fn an_existing_socket_path_is_refused_with_a_clear_message() {
-    let dir = tempdir("exists");
-    std::fs::write(dir.join("a.sock"), b"").unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--socket"])
-        .arg(dir.join("a.sock"))
-        .output()
-        .unwrap();
+    let dir = tempdir();
+    let socket = dir.as_path().join("a.sock");
+    std::fs::write(&socket, b"").unwrap();
+    let out = run(&["serve", "--socket", socket.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("exists"));
 }
@@ -96,20 +153,14 @@ fn an_existing_socket_path_is_refused_with_a_clear_message() {
 #[test]
 fn chid_zero_and_reserved_chids_are_refused() {
     for chid in ["0", "0xff00", "0xffff"] {
-        let out = Command::new(BIN)
-            .args(["serve", "--chid", chid, "--socket", "/nonexistent/x"])
-            .output()
-            .unwrap();
+        let out = run(&["serve", "--chid", chid, "--socket", "/nonexistent/x"]);
         assert!(!out.status.success(), "chid {chid} accepted");
     }
 }
 
 #[test]
 fn observe_without_emulator_says_how_to_start_one() {
-    let out = Command::new(BIN)
-        .args(["observe", "--control", "/nonexistent/ctl", "summary"])
-        .output()
-        .unwrap();
+    let out = run(&["observe", "--control", "/nonexistent/ctl", "summary"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is `ism-emu serve --control"));
 }

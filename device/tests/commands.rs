@@ -3,7 +3,8 @@
 mod support;
 
 use ism_emu::default_gid;
-use ism_emu::ism::command::{opcode, ISM_ERROR};
+use ism_emu::ism::command::ISM_ERROR;
+use ism_emu::ism::wire::{self, QueryInfoResponse};
 use support::*;
 
 #[test]
@@ -20,13 +21,15 @@ fn query_info_reports_real_state() {
     let mut a = m.guest(0);
     let gid_b = m.guest(1).read_gid();
     a.reg_dmb(32768, gid_b);
-    let qi = a.command(opcode::QUERY_INFO, &[]);
-    assert_eq!(qi.payload.len(), 192, "QUERY_INFO response is 200 bytes");
-    assert_eq!(qi.u64_at(16), default_gid(CHID, 0), "my_gid");
-    assert_eq!(qi.u64_at(24), IOVA_BASE + SBA_PAGE * PAGE, "sba");
-    assert_eq!(qi.u64_at(32), IOVA_BASE + IEQ_PAGE * PAGE, "ieq");
-    assert_eq!(qi.u32_at(48), 1, "dmbs_owned");
-    assert_eq!(qi.u32_at(64 - 4), 1, "one VLAN id (0x1fff)");
+    let reply = a.command(&wire::QueryInfoRequest::new());
+    assert_eq!(reply.bytes.len(), 200, "QUERY_INFO response is 200 bytes");
+    let qi = reply.get::<QueryInfoResponse>().unwrap();
+    assert_eq!(qi.my_gid.get(), default_gid(CHID, 0));
+    assert_eq!(qi.sba.get(), IOVA_BASE + SBA_PAGE * PAGE);
+    assert_eq!(qi.ieq.get(), IOVA_BASE + IEQ_PAGE * PAGE);
+    assert_eq!(qi.dmbs_owned.get(), 1);
+    assert_eq!(qi.vlan_nr_ids.get(), 1, "one VLAN id (0x1fff)");
+    assert_eq!(qi.vlan_id[0].get(), 0x1fff);
 }
 
 #[test]
@@ -82,30 +85,29 @@ fn same_sba_index_twice_is_refused() {
     let mut g = m.guest(0);
     g.map_pages(100, 8);
     let req = Guest::reg_dmb_request(IOVA_BASE + 100 * PAGE, 16384, 40, 1);
-    assert!(g.command(opcode::REG_DMB, &req).ok());
+    assert!(g.command(&req).ok());
     let req = Guest::reg_dmb_request(IOVA_BASE + 104 * PAGE, 16384, 40, 1);
-    assert_eq!(g.command(opcode::REG_DMB, &req).ret, 0x0005);
+    assert_eq!(g.command(&req).ret, 0x0005);
 }
 
 #[test]
 fn vlan_commands_succeed() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
-    for op in [opcode::SET_VLAN, opcode::RESET_VLAN] {
-        assert!(g.command(op, &[]).ok());
-    }
-    assert!(g.command(opcode::ADD_VLAN_ID, &5u64.to_be_bytes()).ok());
-    assert!(g.command(opcode::DEL_VLAN_ID, &5u64.to_be_bytes()).ok());
+    assert!(g.command(&wire::SetVlanRequest::new()).ok());
+    assert!(g.command(&wire::ResetVlanRequest::new()).ok());
+    assert!(g.command(&wire::AddVlanIdRequest::new(5.into())).ok());
+    assert!(g.command(&wire::DelVlanIdRequest::new(5.into())).ok());
 }
 
 #[test]
 fn unreg_sba_and_ieq_then_again_gives_ism_error() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
-    assert!(g.command(opcode::UNREG_IEQ, &[]).ok());
-    assert!(g.command(opcode::UNREG_SBA, &[]).ok());
-    assert_eq!(g.command(opcode::UNREG_SBA, &[]).ret, ISM_ERROR);
-    assert_eq!(g.command(opcode::UNREG_IEQ, &[]).ret, ISM_ERROR);
+    assert!(g.command(&wire::UnregIeqRequest::new()).ok());
+    assert!(g.command(&wire::UnregSbaRequest::new()).ok());
+    assert_eq!(g.command(&wire::UnregSbaRequest::new()).ret, ISM_ERROR);
+    assert_eq!(g.command(&wire::UnregIeqRequest::new()).ret, ISM_ERROR);
 }
 
 #[test]
@@ -114,11 +116,13 @@ fn signal_ieq_reaches_the_peer_with_sender_gid_and_info() {
     let mut a = m.guest(0);
     let b = m.guest(1);
     let gid_b = default_gid(CHID, 1);
-    let mut p = gid_b.to_be_bytes().to_vec();
-    p.extend_from_slice(&1u32.to_be_bytes());
-    p.extend_from_slice(&0x83u32.to_be_bytes());
-    p.extend_from_slice(&0x0102_0304_0506_0001u64.to_be_bytes());
-    assert!(a.command(opcode::SIGNAL_IEQ, &p).ok());
+    let signal = wire::SignalIeqRequest::new(
+        gid_b.into(),
+        1.into(),
+        0x83.into(),
+        0x0102_0304_0506_0001.into(),
+    );
+    assert!(a.command(&signal).ok());
     assert_eq!(b.ieq_idx(), 1);
     assert_eq!(
         b.ieq_entry(0),
@@ -135,11 +139,9 @@ fn ieq_wraps_past_15_entries_with_index_semantics() {
     let b = m.guest(1);
     let mut idx = Vec::new();
     for code in 0..17u32 {
-        let mut p = default_gid(CHID, 1).to_be_bytes().to_vec();
-        p.extend_from_slice(&0u32.to_be_bytes());
-        p.extend_from_slice(&code.to_be_bytes());
-        p.extend_from_slice(&0u64.to_be_bytes());
-        assert!(a.command(opcode::SIGNAL_IEQ, &p).ok());
+        let gid_b = default_gid(CHID, 1);
+        let signal = wire::SignalIeqRequest::new(gid_b.into(), 0.into(), code.into(), 0.into());
+        assert!(a.command(&signal).ok());
         idx.push(b.ieq_idx());
     }
     assert_eq!(&idx[13..17], &[14, 15, 1, 2]);

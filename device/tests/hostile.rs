@@ -5,9 +5,11 @@ mod support;
 
 use ism_emu::default_gid;
 use ism_emu::ism::command::opcode;
+use ism_emu::ism::wire;
 use ism_emu::ism::MoveAddress;
-use ism_emu::testkit::cmd;
+use ism_emu::testkit::{cmd, msg};
 use support::*;
+use zerocopy::IntoBytes;
 
 /// After each abuse, the other functions still move data and get signalled.
 fn still_working(a: &mut Guest, b: &mut Guest) {
@@ -21,7 +23,7 @@ fn unknown_opcodes_fail_with_ret_1() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
     for op in [0x0c, 0x0d, 0x0f, 0x10, 0x13, 0xffff_ffff] {
-        assert_eq!(g.command(op, &[]).ret, 0x0001, "opcode {op:#x}");
+        assert_eq!(g.command_with_len(op, &[], 8).ret, 0x0001, "opcode {op:#x}");
     }
 }
 
@@ -42,7 +44,7 @@ fn reg_dmb_on_unmapped_iova_fails() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
     let req = Guest::reg_dmb_request(IOVA_BASE + 0x80_0000, 16384, 40, 1);
-    assert_eq!(g.command(opcode::REG_DMB, &req).ret, 0x0004);
+    assert_eq!(g.command(&req).ret, 0x0004);
 }
 
 #[test]
@@ -50,18 +52,15 @@ fn reg_dmb_with_absurd_length_fails() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
     let req = Guest::reg_dmb_request(IOVA_BASE, u32::MAX, 40, 1);
-    assert_eq!(g.command(opcode::REG_DMB, &req).ret, 0x0003);
+    assert_eq!(g.command(&req).ret, 0x0003);
 }
 
 #[test]
 fn reg_sba_on_unmapped_iova_fails() {
     let m = Machine::start(1);
     let mut g = m.connect(0);
-    assert_eq!(
-        g.command(opcode::REG_SBA, &0xdead_0000u64.to_be_bytes())
-            .ret,
-        0x0004
-    );
+    let req = wire::RegSbaRequest::new(0xdead_0000.into());
+    assert_eq!(g.command(&req).ret, 0x0004);
 }
 
 #[test]
@@ -82,7 +81,7 @@ fn move_past_the_end_of_the_dmb_writes_nothing() {
     assert!(a.store_move(dmb.token, 0, true, 16380, &[0xee; 8]).is_err());
     assert_eq!(b.dmb_bytes(&dmb, 16380, 4), vec![0; 4]);
     assert_eq!(
-        b.ram.read(dmb.ram_offset + 16384, 4),
+        b.ram.read(dmb.ram_offset + 16384, 4).unwrap(),
         vec![0; 4],
         "neighbour untouched"
     );
@@ -152,13 +151,9 @@ fn command_area_access_out_of_range_is_an_error_not_a_crash() {
 fn dma_map_without_fd_and_beyond_the_file_are_refused() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
-    let mut p = Vec::new();
-    p.extend_from_slice(&32u32.to_le_bytes());
-    p.extend_from_slice(&3u32.to_le_bytes());
-    p.extend_from_slice(&0u64.to_le_bytes());
-    p.extend_from_slice(&0x2_0000_0000u64.to_le_bytes());
-    p.extend_from_slice(&4096u64.to_le_bytes());
-    assert!(g.client.call(cmd::DMA_MAP, &p, &[]).unwrap().is_err());
+    let no_fd = msg::DmaMap::new(0x2_0000_0000, 4096, 0);
+    let reply = g.client.call(cmd::DMA_MAP, no_fd.as_bytes(), &[]);
+    assert!(reply.unwrap().is_err());
     assert!(g
         .client
         .dma_map(0x3_0000_0000, 4096, &g.ram, RAM_SIZE)

@@ -3,6 +3,7 @@
 mod support;
 
 use ism_emu::default_gid;
+use ism_emu::ism::wire::RegDmbResponse;
 use support::*;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -112,13 +113,16 @@ fn dmb_scattered_over_non_contiguous_ram_pages() {
         .unwrap()
         .unwrap();
     let req = Guest::reg_dmb_request(iova, 8192, 50, default_gid(CHID, 0));
-    let r = b.command(ism_emu::ism::command::opcode::REG_DMB, &req);
+    let r = b.command(&req);
     assert!(r.ok());
-    let token = r.u64_at(0);
+    let token = r.get::<RegDmbResponse>().unwrap().dmb_tok.get();
     a.move_data(token, 4090, &pattern(12, 1), false).unwrap();
     assert_eq!(
-        b.ram.read(200 * PAGE + 4090, 6),
+        b.ram.read(200 * PAGE + 4090, 6).unwrap(),
         pattern(12, 1)[..6].to_vec()
     );
-    assert_eq!(b.ram.read(100 * PAGE, 6), pattern(12, 1)[6..].to_vec());
+    assert_eq!(
+        b.ram.read(100 * PAGE, 6).unwrap(),
+        pattern(12, 1)[6..].to_vec()
+    );
 }

@@ -46,7 +46,7 @@ struct Scene {
 
 fn scene() -> Scene {
     let m = Machine::start(2);
-    let events = m.fabric.observer().follow();
+    let events = m.observer.follow();
     let mut owner = m.guest(0);
     let peer = m.guest(1);
     let dmb = owner.reg_dmb(16384, default_gid(CHID, 1));
@@ -84,7 +84,10 @@ fn zeroing_after_close_is_reported_then_reuse_is_clean() {
         "not zero yet"
     );
     // The owner's kernel releases the connection: zeroes the whole DMB.
-    s.owner.ram.write(s.dmb.ram_offset, &vec![0u8; 16384]);
+    s.owner
+        .ram
+        .write(s.dmb.ram_offset, &vec![0u8; 16384])
+        .unwrap();
     s.m.fabric.poll_zeroing();
     connection(&mut s.peer, &s.dmb, b"second");
     let ev = kinds(&s.events);
@@ -108,7 +111,7 @@ fn reuse_without_zeroing_is_stale_with_count_and_first_offset() {
     assert_eq!(reuse[0]["first_stale_offset"], 0, "the old CDC header");
     // 2 nonzero CDC bytes (type, cursor) + flags byte + 6 payload bytes.
     assert_eq!(reuse[0]["stale_bytes"], 3 + 6);
-    let summary = &s.m.fabric.observer().summaries()[0];
+    let summary = &s.m.observer.summaries()[0];
     assert_eq!(
         (summary.reuses, summary.stale_reuses, summary.clean_reuses),
         (1, 1, 0)
@@ -122,9 +125,12 @@ fn zeroing_at_handout_is_a_clean_reuse_without_zeroing_at_release() {
     s.m.fabric.poll_zeroing();
     // Pre-5.17 kernels zero when the next connection takes the buffer: just before
     // the peer's first write, with no watcher tick in between.
-    s.owner.ram.write(s.dmb.ram_offset, &vec![0u8; 16384]);
+    s.owner
+        .ram
+        .write(s.dmb.ram_offset, &vec![0u8; 16384])
+        .unwrap();
     connection(&mut s.peer, &s.dmb, b"new");
-    let summary = &s.m.fabric.observer().summaries()[0];
+    let summary = &s.m.observer.summaries()[0];
     assert_eq!(summary.clean_reuses, 1);
     assert_eq!(summary.zeroed_after_close, 0);
 }
@@ -136,14 +142,17 @@ fn repeated_closing_cdc_does_not_start_a_connection() {
     s.peer
         .move_data(s.dmb.token, 0, &cdc(CLOSED | 0x80), true)
         .unwrap();
-    assert_eq!(s.m.fabric.observer().summaries()[0].connections, 1);
+    assert_eq!(s.m.observer.summaries()[0].connections, 1);
 }
 
 #[test]
 fn unregistration_reports_the_connections_the_dmb_carried() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"x");
-    s.owner.ram.write(s.dmb.ram_offset, &vec![0u8; 16384]);
+    s.owner
+        .ram
+        .write(s.dmb.ram_offset, &vec![0u8; 16384])
+        .unwrap();
     connection(&mut s.peer, &s.dmb, b"y");
     assert!(s.owner.unreg_dmb(s.dmb.token).ok());
     let ev = kinds(&s.events);
@@ -156,10 +165,13 @@ fn unregistration_reports_the_connections_the_dmb_carried() {
 fn connection_records_keep_bytes_close_reuse_and_zeroing() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"first connection");
-    s.owner.ram.write(s.dmb.ram_offset, &vec![0u8; 16384]);
+    s.owner
+        .ram
+        .write(s.dmb.ram_offset, &vec![0u8; 16384])
+        .unwrap();
     s.m.fabric.poll_zeroing();
     connection(&mut s.peer, &s.dmb, b"second");
-    let recent = &s.m.fabric.observer().summaries()[0].recent;
+    let recent = &s.m.observer.summaries()[0].recent;
     assert_eq!(recent.len(), 2);
     assert_eq!((recent[0].conn, recent[0].bytes), (1, 16));
     assert_eq!(recent[0].how.as_deref(), Some("close"));

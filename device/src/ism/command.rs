@@ -1,35 +1,19 @@
 //! ISM commands: decoding requests from the command area and encoding responses.
 //!
-//! The driver writes the payload at BAR 2 offset 8, then the 8-byte request header at
-//! offset 0 (that store executes the command), then reads the response header and
-//! `resp.len - 8` more bytes. All fields are big-endian: s390 stores its structs natively.
-//!
-//! ```text
-//!  request   0: cmd u32 | 4: reserved u16 | 6: len u16 (whole request)  | 8: payload
-//!  response  0: cmd u32 | 4: ret u16      | 6: len u16 (whole response) | 8: payload
-//! ```
+//! The driver writes the request's fields at BAR 2 offset 8, then the 8-byte request
+//! header at offset 0 (that store executes the command), then reads the response header
+//! and `resp.len - 8` more bytes. The layouts are the structs of [`super::wire`].
 
+use std::mem::size_of;
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+pub use super::wire::opcode;
+use super::wire::{self, ReqHeader, RespHeader, MAX_VLAN_IDS};
 use super::{MAX_DMB_LEN, NR_DMBS, SBA_FIRST_DMB_BIT};
 
-pub const HEADER_LEN: usize = 8;
-
-/// Opcodes, as in the driver's ism.h.
-pub mod opcode {
-    pub const REG_SBA: u32 = 0x01;
-    pub const REG_IEQ: u32 = 0x02;
-    pub const READ_GID: u32 = 0x03;
-    pub const ADD_VLAN_ID: u32 = 0x04;
-    pub const DEL_VLAN_ID: u32 = 0x05;
-    pub const SET_VLAN: u32 = 0x06;
-    pub const RESET_VLAN: u32 = 0x07;
-    pub const QUERY_INFO: u32 = 0x08;
-    pub const QUERY_RGID: u32 = 0x09;
-    pub const REG_DMB: u32 = 0x0a;
-    pub const UNREG_DMB: u32 = 0x0b;
-    pub const SIGNAL_IEQ: u32 = 0x0e;
-    pub const UNREG_SBA: u32 = 0x11;
-    pub const UNREG_IEQ: u32 = 0x12;
-}
+/// The request header's length: a store of at least this much at offset 0 executes.
+pub const HEADER_LEN: usize = size_of::<ReqHeader>();
 
 /// A DMB registration request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,43 +111,29 @@ impl CommandError {
     }
 }
 
-/// The request length the driver uses for each opcode (its `sizeof(cmd.request)`).
-pub fn request_len(opcode: u32) -> Option<usize> {
-    use opcode::*;
-    Some(match opcode {
-        READ_GID | SET_VLAN | RESET_VLAN | QUERY_INFO | UNREG_SBA | UNREG_IEQ => 8,
-        REG_SBA | ADD_VLAN_ID | DEL_VLAN_ID | UNREG_DMB => 16,
-        REG_IEQ | QUERY_RGID => 24,
-        SIGNAL_IEQ => 32,
-        REG_DMB => 40,
-        _ => return None,
-    })
-}
-
-/// Reads big-endian fields from a request.
-struct Fields<'a>(&'a [u8]);
-
-impl Fields<'_> {
-    fn u32(&self, at: usize) -> u32 {
-        u32::from_be_bytes(self.0[at..at + 4].try_into().unwrap_or_default())
-    }
-    fn u64(&self, at: usize) -> u64 {
-        u64::from_be_bytes(self.0[at..at + 8].try_into().unwrap_or_default())
-    }
+/// Reads request struct `T` from the start of the command area.
+fn read<T: FromBytes + KnownLayout + Immutable>(area: &[u8]) -> Result<T, CommandError> {
+    T::read_from_prefix(area)
+        .map(|(request, _)| request)
+        .map_err(|_| CommandError::BadLength {
+            opcode: opcode_of(area),
+            len: area.len(),
+            expected: size_of::<T>(),
+        })
 }
 
 /// The opcode of the request in `area` (also echoed in error responses).
 pub fn opcode_of(area: &[u8]) -> u32 {
-    Fields(area).u32(0)
+    ReqHeader::read_from_prefix(area).map_or(0, |(hdr, _)| hdr.cmd.get())
 }
 
 /// Decodes the request in the command area. `area` is the whole 4 KiB buffer.
 pub fn decode(area: &[u8]) -> Result<Command, CommandError> {
     use opcode::*;
-    let f = Fields(area);
-    let opcode = f.u32(0);
-    let len = usize::from(u16::from_be_bytes([area[6], area[7]]));
-    let expected = request_len(opcode).ok_or(CommandError::UnknownOpcode(opcode))?;
+    let hdr = read::<ReqHeader>(area)?;
+    let opcode = hdr.cmd.get();
+    let len = usize::from(hdr.len.get());
+    let expected = wire::request_len(opcode).ok_or(CommandError::UnknownOpcode(opcode))?;
     if len != expected {
         return Err(CommandError::BadLength {
             opcode,
@@ -172,52 +142,70 @@ pub fn decode(area: &[u8]) -> Result<Command, CommandError> {
         });
     }
     Ok(match opcode {
-        REG_SBA => Command::RegSba { iova: f.u64(8) },
-        REG_IEQ => Command::RegIeq {
-            iova: f.u64(8),
-            len: f.u64(16),
+        REG_SBA => Command::RegSba {
+            iova: read::<wire::RegSbaRequest>(area)?.sba.get(),
         },
+        REG_IEQ => {
+            let req = read::<wire::RegIeqRequest>(area)?;
+            Command::RegIeq {
+                iova: req.ieq.get(),
+                len: req.len.get(),
+            }
+        }
         READ_GID => Command::ReadGid,
-        ADD_VLAN_ID => Command::AddVlanId(f.u64(8)),
-        DEL_VLAN_ID => Command::DelVlanId(f.u64(8)),
+        ADD_VLAN_ID => Command::AddVlanId(read::<wire::AddVlanIdRequest>(area)?.vlan_id.get()),
+        DEL_VLAN_ID => Command::DelVlanId(read::<wire::DelVlanIdRequest>(area)?.vlan_id.get()),
         SET_VLAN => Command::SetVlan,
         RESET_VLAN => Command::ResetVlan,
         QUERY_INFO => Command::QueryInfo,
-        QUERY_RGID => Command::QueryRgid {
-            rgid: f.u64(8),
-            vlan_valid: f.u32(16),
-            vlan_id: f.u32(20),
-        },
-        REG_DMB => {
-            let req = DmbRequest {
-                iova: f.u64(8),
-                len: f.u32(16),
-                sba_idx: f.u32(20),
-                vlan_valid: f.u32(24),
-                vlan_id: f.u32(28),
-                rgid: f.u64(32),
-            };
-            if req.len == 0 || req.len > MAX_DMB_LEN {
-                return Err(CommandError::BadArgument(
-                    "DMB length must be 1 byte to 1 MiB",
-                ));
+        QUERY_RGID => {
+            let req = read::<wire::QueryRgidRequest>(area)?;
+            Command::QueryRgid {
+                rgid: req.rgid.get(),
+                vlan_valid: req.vlan_valid.get(),
+                vlan_id: req.vlan_id.get(),
             }
-            if req.sba_idx < SBA_FIRST_DMB_BIT || req.sba_idx >= NR_DMBS {
-                return Err(CommandError::BadArgument("SBA index must be 32..1919"));
-            }
-            Command::RegDmb(req)
         }
-        UNREG_DMB => Command::UnregDmb { token: f.u64(8) },
-        SIGNAL_IEQ => Command::SignalIeq {
-            rgid: f.u64(8),
-            trigger_irq: f.u32(16),
-            event_code: f.u32(20),
-            info: f.u64(24),
+        REG_DMB => Command::RegDmb(DmbRequest::checked(&read(area)?)?),
+        UNREG_DMB => Command::UnregDmb {
+            token: read::<wire::UnregDmbRequest>(area)?.dmb_tok.get(),
         },
+        SIGNAL_IEQ => {
+            let req = read::<wire::SignalIeqRequest>(area)?;
+            Command::SignalIeq {
+                rgid: req.rgid.get(),
+                trigger_irq: req.trigger_irq.get(),
+                event_code: req.event_code.get(),
+                info: req.info.get(),
+            }
+        }
         UNREG_SBA => Command::UnregSba,
         UNREG_IEQ => Command::UnregIeq,
         _ => return Err(CommandError::UnknownOpcode(opcode)),
     })
+}
+
+impl DmbRequest {
+    /// The request's fields, after the checks that need no state.
+    fn checked(req: &wire::RegDmbRequest) -> Result<Self, CommandError> {
+        let req = DmbRequest {
+            iova: req.dmb.get(),
+            len: req.dmb_len.get(),
+            sba_idx: req.sba_idx.get(),
+            vlan_valid: req.vlan_valid.get(),
+            vlan_id: req.vlan_id.get(),
+            rgid: req.rgid.get(),
+        };
+        if req.len == 0 || req.len > MAX_DMB_LEN {
+            return Err(CommandError::BadArgument(
+                "DMB length must be 1 byte to 1 MiB",
+            ));
+        }
+        if req.sba_idx < SBA_FIRST_DMB_BIT || req.sba_idx >= NR_DMBS {
+            return Err(CommandError::BadArgument("SBA index must be 32..1919"));
+        }
+        Ok(req)
+    }
 }
 
 /// QUERY_INFO's answer.
@@ -236,8 +224,6 @@ pub struct QueryInfo {
     pub vlan_ids: Vec<u16>,
 }
 
-pub const MAX_VLAN_IDS: usize = 64;
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Response {
     Empty,
@@ -246,47 +232,58 @@ pub enum Response {
     QueryInfo(QueryInfo),
 }
 
-impl Response {
-    /// The payload after the response header.
-    fn payload(&self) -> Vec<u8> {
-        match self {
-            Response::Empty => Vec::new(),
-            Response::Gid(v) | Response::Token(v) => v.to_be_bytes().to_vec(),
-            Response::QueryInfo(qi) => {
-                let mut p = Vec::with_capacity(192);
-                p.extend_from_slice(&qi.version.to_be_bytes());
-                p.extend_from_slice(&qi.max_len.to_be_bytes());
-                p.extend_from_slice(&qi.state.to_be_bytes());
-                p.extend_from_slice(&qi.my_gid.to_be_bytes());
-                p.extend_from_slice(&qi.sba.to_be_bytes());
-                p.extend_from_slice(&qi.ieq.to_be_bytes());
-                p.extend_from_slice(&qi.ieq_len.to_be_bytes());
-                p.extend_from_slice(&0u32.to_be_bytes());
-                p.extend_from_slice(&qi.dmbs_owned.to_be_bytes());
-                p.extend_from_slice(&qi.dmbs_used.to_be_bytes());
-                p.extend_from_slice(&qi.vlan_required.to_be_bytes());
-                p.extend_from_slice(&(qi.vlan_ids.len().min(MAX_VLAN_IDS) as u32).to_be_bytes());
-                for i in 0..MAX_VLAN_IDS {
-                    let id = qi.vlan_ids.get(i).copied().unwrap_or(0);
-                    p.extend_from_slice(&id.to_be_bytes());
-                }
-                p
-            }
+impl QueryInfo {
+    fn to_wire(&self, opcode: u32) -> wire::QueryInfoResponse {
+        let mut vlan_id = [0u16.into(); MAX_VLAN_IDS];
+        for (slot, &id) in vlan_id.iter_mut().zip(&self.vlan_ids) {
+            *slot = id.into();
+        }
+        wire::QueryInfoResponse {
+            hdr: RespHeader::of::<wire::QueryInfoResponse>(opcode),
+            version: self.version.into(),
+            max_len: self.max_len.into(),
+            ism_state: self.state.into(),
+            my_gid: self.my_gid.into(),
+            sba: self.sba.into(),
+            ieq: self.ieq.into(),
+            ieq_len: self.ieq_len.into(),
+            reserved: 0.into(),
+            dmbs_owned: self.dmbs_owned.into(),
+            dmbs_used: self.dmbs_used.into(),
+            vlan_required: self.vlan_required.into(),
+            vlan_nr_ids: (self.vlan_ids.len().min(MAX_VLAN_IDS) as u32).into(),
+            vlan_id,
         }
     }
 }
 
+/// Writes response struct `resp` at the start of the command area.
+fn put<T: IntoBytes + Immutable>(area: &mut [u8], resp: &T) {
+    // The area is 4 KiB, larger than every response: the write cannot fail.
+    let _ = resp.write_to_prefix(area);
+}
+
 /// Writes the response for `opcode` into the command area.
 pub fn encode(area: &mut [u8], opcode: u32, result: &Result<Response, CommandError>) {
-    let (ret, payload) = match result {
-        Ok(resp) => (0, resp.payload()),
-        Err(err) => (err.ret(), Vec::new()),
-    };
-    let len = HEADER_LEN + payload.len();
-    area[0..4].copy_from_slice(&opcode.to_be_bytes());
-    area[4..6].copy_from_slice(&ret.to_be_bytes());
-    area[6..8].copy_from_slice(&(len as u16).to_be_bytes());
-    area[HEADER_LEN..len].copy_from_slice(&payload);
+    match result {
+        Err(err) => put(area, &RespHeader::bare(opcode, err.ret())),
+        Ok(Response::Empty) => put(area, &RespHeader::bare(opcode, 0)),
+        Ok(Response::Gid(gid)) => put(
+            area,
+            &wire::ReadGidResponse {
+                hdr: RespHeader::of::<wire::ReadGidResponse>(opcode),
+                gid: (*gid).into(),
+            },
+        ),
+        Ok(Response::Token(token)) => put(
+            area,
+            &wire::RegDmbResponse {
+                hdr: RespHeader::of::<wire::RegDmbResponse>(opcode),
+                dmb_tok: (*token).into(),
+            },
+        ),
+        Ok(Response::QueryInfo(qi)) => put(area, &qi.to_wire(opcode)),
+    }
 }
 
 #[cfg(test)]

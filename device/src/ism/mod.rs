@@ -1,8 +1,8 @@
 //! The ISM function model: command area, data-move window, status block and event queue.
 
 pub mod command;
-pub mod function;
 pub mod status;
+pub mod wire;
 
 /// DMBs a function can have: bits in the status block.
 pub const NR_DMBS: u32 = 1920;
@@ -12,6 +12,11 @@ pub const SBA_FIRST_DMB_BIT: u32 = 32;
 pub const MAX_DMB_LEN: u32 = 1 << 20;
 /// A chunk of a data move never crosses a 4 KiB boundary of the DMB.
 pub const MAX_MOVE_LEN: usize = 4096;
+
+/// log2 of the move window (BAR 0). Tokens are `n << 32` and a move addresses
+/// `token | idx << 24 | sf << 23 | offset`, so the window must cover the largest token plus
+/// 4 GiB; 2^44 allows 4095 tokens and stays far below the guest's 2^48 iomap limit.
+pub const MOVE_WINDOW_SHIFT: u32 = 44;
 
 /// A data-move address in BAR 0: `token | idx << 24 | sf << 23 | offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,6 +9,9 @@
 //!               32: 15 entries of { type u32, code u32, tok u64, time u64, info u64 }
 //! ```
 
+use zerocopy::big_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
 use crate::dma::{DmaError, DmaSpace};
 
 const SBA_FLAGS: u64 = 0;
@@ -19,7 +22,7 @@ const SBA_DMBE_MASK: u64 = 256;
 pub const SBA_LEN: u64 = 4096;
 
 pub const IEQ_HEADER_LEN: u64 = 32;
-pub const IEQ_ENTRY_LEN: u64 = 32;
+pub const IEQ_ENTRY_LEN: u64 = size_of::<IeqEntry>() as u64;
 /// The driver walks a fixed array of 15 entries, whatever length was registered.
 pub const IEQ_ENTRIES: u64 = 15;
 pub const IEQ_LEN: u64 = IEQ_HEADER_LEN + IEQ_ENTRIES * IEQ_ENTRY_LEN;
@@ -55,7 +58,18 @@ impl Sba {
     }
 }
 
-/// One IEQ entry.
+/// One IEQ entry as the guest reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct IeqEntry {
+    pub kind: U32,
+    pub code: U32,
+    pub tok: U64,
+    pub time: U64,
+    pub info: U64,
+}
+
+/// An event for the IEQ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
     pub kind: EventType,
@@ -99,15 +113,16 @@ impl Ieq {
     /// Appends `event`: write the entry, then publish it by storing `idx = entry + 1`
     /// (1..=15, never 0). The guest consumes while `last + 1 != idx`.
     pub fn push(&mut self, mem: &DmaSpace, event: &Event) -> Result<(), DmaError> {
-        let mut entry = [0u8; IEQ_ENTRY_LEN as usize];
-        entry[0..4].copy_from_slice(&(event.kind as u32).to_be_bytes());
-        entry[4..8].copy_from_slice(&event.code.to_be_bytes());
-        entry[8..16].copy_from_slice(&event.tok.to_be_bytes());
-        entry[16..24].copy_from_slice(&event.time.to_be_bytes());
-        entry[24..32].copy_from_slice(&event.info.to_be_bytes());
+        let entry = IeqEntry {
+            kind: U32::new(event.kind as u32),
+            code: event.code.into(),
+            tok: event.tok.into(),
+            time: event.time.into(),
+            info: event.info.into(),
+        };
         mem.write(
             self.iova + IEQ_HEADER_LEN + self.next * IEQ_ENTRY_LEN,
-            &entry,
+            entry.as_bytes(),
         )?;
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         mem.write_u64_be(self.iova, self.next + 1)?;
@@ -125,27 +140,28 @@ mod tests {
 
     fn mem(ram: &GuestRam) -> DmaSpace {
         let mut mem = DmaSpace::new();
-        mem.map(BASE, 8192, Some(ram.dup_file()), 0).unwrap();
+        mem.map(BASE, 8192, Some(ram.dup_file().unwrap()), 0)
+            .unwrap();
         mem
     }
 
     #[test]
     fn dmb_signal_sets_bit_mask_and_summary() {
-        let ram = GuestRam::new(8192);
+        let ram = GuestRam::new(8192).unwrap();
         let mem = mem(&ram);
         Sba { iova: BASE }.signal_dmb(&mem, 33, 0).unwrap();
-        assert_eq!(ram.read(0, 1), vec![0x80]);
+        assert_eq!(ram.read(0, 1).unwrap(), vec![0x80]);
         assert_eq!(
-            ram.read(4 + 4, 1),
+            ram.read(4 + 4, 1).unwrap(),
             vec![0x40],
             "index 33 is byte 8, second bit"
         );
-        assert_eq!(ram.read(256 + 66, 2), vec![0x80, 0x00]);
+        assert_eq!(ram.read(256 + 66, 2).unwrap(), vec![0x80, 0x00]);
     }
 
     #[test]
     fn ieq_index_wraps_after_15_entries() {
-        let ram = GuestRam::new(8192);
+        let ram = GuestRam::new(8192).unwrap();
         let mem = mem(&ram);
         let mut ieq = Ieq::register(&mem, BASE).unwrap();
         let ev = |n| Event {
@@ -158,12 +174,14 @@ mod tests {
         let mut seen = Vec::new();
         for n in 0..17 {
             ieq.push(&mem, &ev(n)).unwrap();
-            seen.push(mem.read_u64_be(BASE).unwrap());
+            let mut idx = [0; 8];
+            mem.read(BASE, &mut idx).unwrap();
+            seen.push(u64::from_be_bytes(idx));
         }
         assert_eq!(seen[0], 1);
         assert_eq!(seen[14], 15);
         assert_eq!(seen[15], 1, "16th entry lands in slot 0 again");
-        let slot1_code = u32::from_be_bytes(ram.read(32 + 32 + 4, 4).try_into().unwrap());
+        let slot1_code = u32::from_be_bytes(ram.read(32 + 32 + 4, 4).unwrap().try_into().unwrap());
         assert_eq!(slot1_code, 16);
     }
 }

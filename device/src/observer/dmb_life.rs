@@ -18,11 +18,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::{ObservedEvent, ZERO_WATCH_LIMIT};
+use super::json::hex;
+use super::{ObservedEvent, What, ZERO_WATCH_LIMIT};
 use crate::dma::DmaSpace;
-use crate::fabric::{now_us, Dmb};
+use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
 
 /// CDC message layout (net/smc/smc_cdc.h, struct smcd_cdc_msg).
@@ -35,7 +36,7 @@ pub mod cdc {
     pub const PEER_CONN_ABORT: u8 = 0x20;
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnState {
     /// Registered, no connection has written yet.
@@ -44,11 +45,14 @@ pub enum ConnState {
     Closed,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DmbSummary {
     pub function: String,
+    #[serde(with = "hex")]
     pub gid: u64,
+    #[serde(with = "hex")]
     pub token: u64,
+    #[serde(with = "hex")]
     pub rgid: u64,
     pub len: u32,
     pub sba_idx: u32,
@@ -74,7 +78,7 @@ pub struct DmbSummary {
 pub const RECENT_CONNS: usize = 32;
 
 /// One connection's use of a DMB.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConnRecord {
     pub conn: u64,
     pub opened_us: u64,
@@ -90,6 +94,12 @@ pub struct ConnRecord {
     pub zeroed_after_ms: Option<f64>,
     /// The watch gave up: not zero within the watch limit after the close.
     pub not_zeroed: bool,
+}
+
+impl DmbSummary {
+    fn event(&self, what: What) -> ObservedEvent {
+        ObservedEvent::dmb(&self.function, self.gid, self.token, what)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -165,13 +175,12 @@ impl Tracker {
             life.summary.registered = false;
             life.summary.connections
         });
-        vec![ObservedEvent::DmbUnregistered {
-            function: function.to_string(),
-            gid: dmb.owner_gid,
-            token: dmb.token,
-            reason: reason.to_string(),
+        let reason = reason.to_string();
+        let what = What::DmbUnregistered {
+            reason,
             connections,
-        }]
+        };
+        vec![ObservedEvent::dmb(function, dmb.owner_gid, dmb.token, what)]
     }
 
     pub fn before_move(
@@ -231,15 +240,12 @@ impl Tracker {
                     s.function, s.gid, s.token, s.connections, first.unwrap_or(0)
                 );
             }
-            events.push(ObservedEvent::DmbReused {
-                function: s.function.clone(),
-                gid: s.gid,
-                token: s.token,
+            events.push(s.event(What::DmbReused {
                 conn,
                 clean: stale == 0,
                 stale_bytes: stale,
                 first_stale_offset: first,
-            });
+            }));
         }
         s.connections = conn;
         s.state = ConnState::Open;
@@ -249,13 +255,7 @@ impl Tracker {
         s.recent.push(record);
         life.closed_at = None;
         life.watch_done = false;
-        events.push(ObservedEvent::ConnOpened {
-            function: s.function.clone(),
-            gid: s.gid,
-            token: s.token,
-            rgid: s.rgid,
-            conn,
-        });
+        events.push(s.event(What::ConnOpened { rgid: s.rgid, conn }));
         events
     }
 
@@ -289,14 +289,11 @@ impl Tracker {
         let s = &mut life.summary;
         s.state = ConnState::Closed;
         s.closes += 1;
-        vec![ObservedEvent::ConnClosed {
-            function: s.function.clone(),
-            gid: s.gid,
-            token: s.token,
+        vec![s.event(What::ConnClosed {
             conn: s.connections,
             how: how.to_string(),
             bytes,
-        }]
+        })]
     }
 
     /// Tokens whose connection closed and whose zeroing has not been seen yet.
@@ -332,23 +329,17 @@ impl Tracker {
                 life.watch_done = true;
                 s.zeroed_after_close += 1;
                 s.zero_delays_ms.push(delay_ms);
-                events.push(ObservedEvent::DmbZeroed {
-                    function: s.function.clone(),
-                    gid: s.gid,
-                    token,
+                events.push(s.event(What::DmbZeroed {
                     conn: s.connections,
                     delay_ms,
-                });
+                }));
             } else if gave_up {
                 life.watch_done = true;
                 s.not_zeroed += 1;
-                events.push(ObservedEvent::DmbNotZeroed {
-                    function: s.function.clone(),
-                    gid: s.gid,
-                    token,
+                events.push(s.event(What::DmbNotZeroed {
                     conn: s.connections,
                     watched_ms: waited.as_secs_f64() * 1e3,
-                });
+                }));
             }
         }
         events

@@ -1,7 +1,7 @@
 //! The host's view of what the guests do with their DMBs.
 //!
-//! The fabric calls in here (under its lock) when DMBs come and go and around every data
-//! move. From the SMC-D CDC messages that a peer writes at DMB offset 0 the observer
+//! The fabric reports to it through [`EventSink`] (under the fabric's lock) when functions
+//! and DMBs come and go and around every data move. From the SMC-D CDC messages that a peer writes at DMB offset 0 the observer
 //! recognises connections; from reading the owner's memory it sees whether the guest
 //! zeroed a DMB after a connection released it, and whether a reused DMB was clean. It only
 //! ever *reads* guest memory.
@@ -9,8 +9,9 @@
 //! Events go out as JSON lines (schema in docs/observer.md) to an optional file and to live
 //! followers on the control socket.
 
-pub mod control;
 pub mod dmb_life;
+pub mod json;
+pub mod report;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -21,83 +22,88 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::dma::DmaSpace;
-use crate::fabric::{now_us, Dmb};
+use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
 pub use dmb_life::{DmbLife, DmbSummary};
+use json::{hex, hex_opt};
 
-/// Hex formatting for 64-bit identifiers: JSON numbers above 2^53 lose precision in many
-/// consumers, and GIDs and tokens read better in hex anyway.
-pub fn hex(v: u64) -> String {
-    format!("{v:#x}")
+/// One line of the event stream: which function (and DMB) it is about, and what happened.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ObservedEvent {
+    pub function: String,
+    #[serde(with = "hex")]
+    pub gid: u64,
+    /// The DMB's token, for DMB and connection events.
+    #[serde(with = "hex_opt", skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    #[serde(flatten)]
+    pub what: What,
 }
 
-/// One line of the event stream.
+/// What happened, as the event's `kind` and its own fields (docs/observer.md).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ObservedEvent {
-    FunctionAttached {
-        function: String,
-        gid: u64,
-    },
+pub enum What {
+    FunctionAttached,
     FunctionDetached {
-        function: String,
-        gid: u64,
         reason: String,
     },
     DmbRegistered {
-        function: String,
-        gid: u64,
-        token: u64,
+        #[serde(with = "hex")]
         rgid: u64,
+        #[serde(with = "hex")]
         iova: u64,
         len: u32,
         sba_idx: u32,
     },
     DmbUnregistered {
-        function: String,
-        gid: u64,
-        token: u64,
         reason: String,
         connections: u64,
     },
     ConnOpened {
-        function: String,
-        gid: u64,
-        token: u64,
+        #[serde(with = "hex")]
         rgid: u64,
         conn: u64,
     },
     ConnClosed {
-        function: String,
-        gid: u64,
-        token: u64,
         conn: u64,
         how: String,
         bytes: u64,
     },
     DmbZeroed {
-        function: String,
-        gid: u64,
-        token: u64,
         conn: u64,
         delay_ms: f64,
     },
     DmbReused {
-        function: String,
-        gid: u64,
-        token: u64,
         conn: u64,
         clean: bool,
         stale_bytes: u64,
         first_stale_offset: Option<u64>,
     },
     DmbNotZeroed {
-        function: String,
-        gid: u64,
-        token: u64,
         conn: u64,
         watched_ms: f64,
     },
+}
+
+impl ObservedEvent {
+    /// An event about function `function` as a whole.
+    pub fn function(function: &str, gid: u64, what: What) -> Self {
+        Self {
+            function: function.to_string(),
+            gid,
+            token: None,
+            what,
+        }
+    }
+
+    /// An event about DMB `token` of function `function`.
+    pub fn dmb(function: &str, gid: u64, token: u64, what: What) -> Self {
+        Self {
+            token: Some(token),
+            ..Self::function(function, gid, what)
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -107,17 +113,9 @@ struct Line<'a> {
     event: &'a ObservedEvent,
 }
 
-/// Serialises an event with its time, with GIDs and tokens in hex.
+/// Serialises an event with its time (GIDs, tokens and IOVAs in hex).
 pub fn to_json_line(time_us: u64, event: &ObservedEvent) -> String {
-    let mut value = serde_json::to_value(Line { time_us, event }).unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        for key in ["gid", "rgid", "token", "iova"] {
-            if let Some(n) = map.get(key).and_then(|v| v.as_u64()) {
-                map.insert(key.to_string(), serde_json::Value::String(hex(n)));
-            }
-        }
-    }
-    value.to_string()
+    serde_json::to_string(&Line { time_us, event }).unwrap_or_default()
 }
 
 struct Outputs {
@@ -189,43 +187,71 @@ impl Observer {
         rx
     }
 
-    pub(crate) fn dmb_registered(&self, dmb: &Dmb, function: &str) {
+    pub fn summaries(&self) -> Vec<DmbSummary> {
+        self.tracker().summaries()
+    }
+}
+
+/// What the fabric reports, under its lock, as functions and DMBs come and go and data
+/// moves. [`Observer`] implements it; the fabric knows only this trait.
+pub trait EventSink: Send + Sync {
+    fn function_attached(&self, function: &str, gid: u64);
+    fn function_detached(&self, function: &str, gid: u64, reason: &str);
+    fn dmb_registered(&self, dmb: &Dmb, function: &str);
+    fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str);
+    /// A move into `dmb` is about to be applied; `mem` is the owner's memory without it.
+    fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]);
+    /// The move has been applied.
+    fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]);
+    /// Checks closed connections' DMBs for zeroing. Called periodically by the watcher;
+    /// `is_zero(token)` tells whether that DMB is all zero now (None: unreadable).
+    fn poll_zeroing(&self, is_zero: &dyn Fn(u64) -> Option<bool>);
+}
+
+impl EventSink for Observer {
+    fn function_attached(&self, function: &str, gid: u64) {
+        self.emit(ObservedEvent::function(
+            function,
+            gid,
+            What::FunctionAttached,
+        ));
+    }
+
+    fn function_detached(&self, function: &str, gid: u64, reason: &str) {
+        let reason = reason.to_string();
+        let what = What::FunctionDetached { reason };
+        self.emit(ObservedEvent::function(function, gid, what));
+    }
+
+    fn dmb_registered(&self, dmb: &Dmb, function: &str) {
         self.tracker().register(dmb, function);
-        self.emit(ObservedEvent::DmbRegistered {
-            function: function.to_string(),
-            gid: dmb.owner_gid,
-            token: dmb.token,
+        let what = What::DmbRegistered {
             rgid: dmb.rgid,
             iova: dmb.iova,
             len: dmb.len,
             sba_idx: dmb.sba_idx,
-        });
+        };
+        self.emit(ObservedEvent::dmb(function, dmb.owner_gid, dmb.token, what));
     }
 
-    pub(crate) fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str) {
+    fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str) {
         let events = self.tracker().unregister(dmb, reason, function);
         self.emit_all(events);
     }
 
-    pub(crate) fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
+    fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
         let events = self.tracker().before_move(dmb, mem, addr, data);
         self.emit_all(events);
     }
 
-    pub(crate) fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) {
+    fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) {
         let events = self.tracker().after_move(dmb, addr, data);
         self.emit_all(events);
     }
 
-    /// Checks closed connections' DMBs for zeroing. Called periodically by the watcher;
-    /// `is_zero(token)` tells whether that DMB is all zero now (None: unreadable).
-    pub fn poll_zeroing(&self, is_zero: impl Fn(u64) -> Option<bool>) {
+    fn poll_zeroing(&self, is_zero: &dyn Fn(u64) -> Option<bool>) {
         let events = self.tracker().poll_zeroing(is_zero);
         self.emit_all(events);
-    }
-
-    pub fn summaries(&self) -> Vec<DmbSummary> {
-        self.tracker().summaries()
     }
 }
 
@@ -234,3 +260,31 @@ pub const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(5);
 /// How long after a close the watcher keeps looking before it reports `dmb_not_zeroed`
 /// (bounds the work a guest that never zeroes can cause).
 pub const ZERO_WATCH_LIMIT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_line_has_time_who_and_what_with_ids_in_hex() {
+        let what = What::ConnClosed {
+            conn: 1,
+            how: "close".into(),
+            bytes: 204848,
+        };
+        let event = ObservedEvent::dmb("ism0", 0x1234_0049_534d_0001, 1 << 32, what);
+        assert_eq!(
+            to_json_line(1796006540064202, &event),
+            r#"{"time_us":1796006540064202,"function":"ism0","gid":"0x12340049534d0001","token":"0x100000000","kind":"conn_closed","conn":1,"how":"close","bytes":204848}"#
+        );
+    }
+
+    #[test]
+    fn a_function_event_has_no_token() {
+        let event = ObservedEvent::function("ism1", 2, What::FunctionAttached);
+        assert_eq!(
+            to_json_line(5, &event),
+            r#"{"time_us":5,"function":"ism1","gid":"0x2","kind":"function_attached"}"#
+        );
+    }
+}

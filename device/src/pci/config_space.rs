@@ -19,9 +19,7 @@
 //!  0x50  MSI-X, one entry, table BAR4+0, PBA BAR4+0x800
 //! ```
 
-use super::regions::{Bar, BARS};
-
-pub const CONFIG_SPACE_SIZE: usize = 256;
+use super::regions::{Bar, BARS, CONFIG_SPACE_SIZE};
 
 pub const VENDOR_IBM: u16 = 0x1014;
 pub const DEVICE_ISM: u16 = 0x04ed;

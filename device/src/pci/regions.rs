@@ -6,12 +6,10 @@ use vfio_bindings::bindings::vfio::{
 };
 use vfio_user::ServerRegion;
 
-use super::config_space::CONFIG_SPACE_SIZE;
+use crate::ism::MOVE_WINDOW_SHIFT;
 
-/// log2 of the move window. Tokens are `n << 32` and a move addresses
-/// `token | idx << 24 | sf << 23 | offset`, so the window must cover the largest token plus
-/// 4 GiB; 2^44 allows 4095 tokens and stays far below the guest's 2^48 iomap limit.
-pub const MOVE_WINDOW_SHIFT: u32 = 44;
+/// Bytes of type-0 configuration space (see `config_space`).
+pub const CONFIG_SPACE_SIZE: usize = 256;
 
 /// The function's BARs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

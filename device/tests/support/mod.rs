@@ -6,12 +6,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ism_emu::fabric::Fabric;
-use ism_emu::ism::command::opcode;
+use ism_emu::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN};
+use ism_emu::ism::wire::{self, ReqHeader, Request};
 use ism_emu::ism::MoveAddress;
 use ism_emu::observer::Observer;
-use ism_emu::testkit::{take_count, Client, GuestRam, Reply};
+use ism_emu::testkit::{take_count, Client, CommandReply, GuestRam, Reply, VLAN_SMCD_V2};
 use ism_emu::{default_gid, server};
 use vmm_sys_util::eventfd::EventFd;
+use vmm_sys_util::tempdir::TempDir;
+use zerocopy::{FromBytes, IntoBytes};
 
 pub const CHID: u16 = 0x1234;
 pub const IOVA_BASE: u64 = 0x1_0000_0000;
@@ -26,41 +29,32 @@ pub const MSI_INDEX: u32 = 1;
 /// The emulator with `n` functions on temporary sockets.
 pub struct Machine {
     pub fabric: Arc<Fabric>,
+    pub observer: Arc<Observer>,
     pub sockets: Vec<PathBuf>,
     _dir: TempDir,
-}
-
-pub struct TempDir(pub PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 impl Machine {
     pub fn start(n: usize) -> Self {
         let _ = env_logger::builder().is_test(true).try_init();
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "ism-emu-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-test-")).unwrap();
         let functions = (0..n)
             .map(|i| (format!("ism{i}"), default_gid(CHID, i)))
             .collect();
-        let fabric = Arc::new(Fabric::new(CHID, functions, Observer::default()));
-        let sockets: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("ism{i}.sock"))).collect();
+        let observer = Arc::new(Observer::default());
+        let fabric = Arc::new(Fabric::new(CHID, functions, observer.clone()));
+        let sockets: Vec<PathBuf> = (0..n)
+            .map(|i| dir.as_path().join(format!("ism{i}.sock")))
+            .collect();
         for (i, path) in sockets.iter().enumerate() {
             // The server thread lives as long as the test process; that is fine.
             server::spawn_function(Arc::clone(&fabric), i, path).unwrap();
         }
         Self {
             fabric,
+            observer,
             sockets,
-            _dir: TempDir(dir),
+            _dir: dir,
         }
     }
 
@@ -69,7 +63,7 @@ impl Machine {
         let client = Client::connect(&self.sockets[i]).unwrap();
         Guest {
             client,
-            ram: GuestRam::new(RAM_SIZE),
+            ram: GuestRam::new(RAM_SIZE).unwrap(),
             msi: None,
             next_dmb_page: 16,
             next_sba_idx: 32,
@@ -81,25 +75,6 @@ impl Machine {
         let mut g = self.connect(i);
         g.probe();
         g
-    }
-}
-
-/// What a command answered.
-#[derive(Debug, PartialEq, Eq)]
-pub struct CmdResult {
-    pub ret: u16,
-    pub payload: Vec<u8>,
-}
-
-impl CmdResult {
-    pub fn ok(&self) -> bool {
-        self.ret == 0
-    }
-    pub fn u64_at(&self, at: usize) -> u64 {
-        u64::from_be_bytes(self.payload[at..at + 8].try_into().unwrap())
-    }
-    pub fn u32_at(&self, at: usize) -> u32 {
-        u32::from_be_bytes(self.payload[at..at + 4].try_into().unwrap())
     }
 }
 
@@ -130,87 +105,65 @@ impl Guest {
             .unwrap();
     }
 
-    /// One command, exactly as ism_cmd() issues it: payload at 8, header at 0, then the
-    /// response header, then the rest in 8-byte loads.
-    pub fn command(&mut self, op: u32, payload: &[u8]) -> CmdResult {
-        self.command_with_len(op, payload, (8 + payload.len()) as u16)
+    /// One command, exactly as ism_cmd() issues it (see `Client::ism_command`).
+    pub fn command<R: Request>(&mut self, request: &R) -> CommandReply {
+        self.client.ism_command(request).unwrap()
     }
 
-    pub fn command_with_len(&mut self, op: u32, payload: &[u8], len: u16) -> CmdResult {
-        if !payload.is_empty() {
-            self.client
-                .region_write(CMD_BAR, 8, payload)
-                .unwrap()
-                .unwrap();
-        }
-        let mut header = Vec::new();
-        header.extend_from_slice(&op.to_be_bytes());
-        header.extend_from_slice(&0u16.to_be_bytes());
-        header.extend_from_slice(&len.to_be_bytes());
-        self.client
-            .region_write(CMD_BAR, 0, &header)
-            .unwrap()
-            .unwrap();
-        let resp = self.client.region_read(CMD_BAR, 0, 8).unwrap().unwrap();
-        let ret = u16::from_be_bytes([resp[4], resp[5]]);
-        let rlen = u16::from_be_bytes([resp[6], resp[7]]) as u64;
-        let mut payload = Vec::new();
-        if ret == 0 {
-            assert!(
-                rlen >= 8 && rlen.is_multiple_of(8),
-                "response length {rlen}"
-            );
-            let mut off = 8;
-            while off < rlen {
-                payload.extend(self.client.region_read(CMD_BAR, off, 8).unwrap().unwrap());
-                off += 8;
-            }
-        }
-        CmdResult { ret, payload }
+    /// A command with any opcode and a header length that may lie.
+    pub fn command_with_len(&mut self, op: u32, fields: &[u8], len: u16) -> CommandReply {
+        let header = ReqHeader {
+            cmd: op.into(),
+            reserved: 0.into(),
+            len: len.into(),
+        };
+        let mut request = header.as_bytes().to_vec();
+        request.extend_from_slice(fields);
+        self.client.ism_command_raw(&request).unwrap()
     }
 
     /// The driver's probe: MSI, REG_SBA, REG_IEQ, READ_GID, ADD_VLAN_ID(0x1fff), QUERY_INFO.
     pub fn probe(&mut self) -> u64 {
         self.msi = Some(self.client.set_irq_eventfd(MSI_INDEX).unwrap());
         self.map_pages(SBA_PAGE, 2);
-        assert!(self
-            .command(
-                opcode::REG_SBA,
-                &(IOVA_BASE + SBA_PAGE * PAGE).to_be_bytes()
-            )
-            .ok());
-        let mut p = (IOVA_BASE + IEQ_PAGE * PAGE).to_be_bytes().to_vec();
-        p.extend_from_slice(&512u64.to_be_bytes());
-        assert!(self.command(opcode::REG_IEQ, &p).ok());
+        let sba = IOVA_BASE + SBA_PAGE * PAGE;
+        assert!(self.command(&wire::RegSbaRequest::new(sba.into())).ok());
+        let ieq = IOVA_BASE + IEQ_PAGE * PAGE;
+        let reg_ieq = wire::RegIeqRequest::new(ieq.into(), 512.into());
+        assert!(self.command(&reg_ieq).ok());
         let gid = self.read_gid();
-        assert!(self
-            .command(opcode::ADD_VLAN_ID, &0x1fffu64.to_be_bytes())
-            .ok());
-        assert!(self.command(opcode::QUERY_INFO, &[]).ok());
+        let vlan = wire::AddVlanIdRequest::new(VLAN_SMCD_V2.into());
+        assert!(self.command(&vlan).ok());
+        assert!(self.command(&wire::QueryInfoRequest::new()).ok());
         gid
     }
 
     pub fn read_gid(&mut self) -> u64 {
-        let r = self.command(opcode::READ_GID, &[]);
+        let r = self.command(&wire::ReadGidRequest::new());
         assert!(r.ok());
-        r.u64_at(0)
+        r.get::<wire::ReadGidResponse>().unwrap().gid.get()
     }
 
-    pub fn query_rgid(&mut self, rgid: u64) -> CmdResult {
-        let mut p = rgid.to_be_bytes().to_vec();
-        p.extend_from_slice(&1u32.to_be_bytes());
-        p.extend_from_slice(&0x1fffu32.to_be_bytes());
-        self.command(opcode::QUERY_RGID, &p)
+    pub fn query_rgid(&mut self, rgid: u64) -> CommandReply {
+        let vlan_id = VLAN_SMCD_V2 as u32;
+        self.command(&wire::QueryRgidRequest::new(
+            rgid.into(),
+            1.into(),
+            vlan_id.into(),
+        ))
     }
 
-    pub fn reg_dmb_request(iova: u64, len: u32, sba_idx: u32, rgid: u64) -> Vec<u8> {
-        let mut p = iova.to_be_bytes().to_vec();
-        p.extend_from_slice(&len.to_be_bytes());
-        p.extend_from_slice(&sba_idx.to_be_bytes());
-        p.extend_from_slice(&1u32.to_be_bytes());
-        p.extend_from_slice(&0x1fffu32.to_be_bytes());
-        p.extend_from_slice(&rgid.to_be_bytes());
-        p
+    /// REG_DMB of `len` bytes at `iova` for peer `rgid`, on the driver's VLAN.
+    pub fn reg_dmb_request(iova: u64, len: u32, sba_idx: u32, rgid: u64) -> wire::RegDmbRequest {
+        let vlan_id = VLAN_SMCD_V2 as u32;
+        wire::RegDmbRequest::new(
+            iova.into(),
+            len.into(),
+            sba_idx.into(),
+            1.into(),
+            vlan_id.into(),
+            rgid.into(),
+        )
     }
 
     /// Allocates, maps and registers a DMB of `len` bytes for peer `rgid`.
@@ -221,21 +174,23 @@ impl Guest {
         self.map_pages(first, pages);
         let sba_idx = self.next_sba_idx;
         self.next_sba_idx += 1;
-        let r = self.command(
-            opcode::REG_DMB,
-            &Self::reg_dmb_request(IOVA_BASE + first * PAGE, len, sba_idx, rgid),
-        );
+        let r = self.command(&Self::reg_dmb_request(
+            IOVA_BASE + first * PAGE,
+            len,
+            sba_idx,
+            rgid,
+        ));
         assert_eq!(r.ret, 0, "REG_DMB failed");
         Dmb {
-            token: r.u64_at(0),
+            token: r.get::<wire::RegDmbResponse>().unwrap().dmb_tok.get(),
             ram_offset: first * PAGE,
             len,
             sba_idx,
         }
     }
 
-    pub fn unreg_dmb(&mut self, token: u64) -> CmdResult {
-        self.command(opcode::UNREG_DMB, &token.to_be_bytes())
+    pub fn unreg_dmb(&mut self, token: u64) -> CommandReply {
+        self.command(&wire::UnregDmbRequest::new(token.into()))
     }
 
     /// One PCISTB to the move window, exactly as given: no chunking, no checks.
@@ -279,7 +234,7 @@ impl Guest {
     }
 
     pub fn sba(&self) -> Vec<u8> {
-        self.ram.read(SBA_PAGE * PAGE, PAGE as usize)
+        self.ram.read(SBA_PAGE * PAGE, PAGE as usize).unwrap()
     }
 
     /// Whether the SBA shows DMB `sba_idx` signalled (and the summary bit).
@@ -291,26 +246,29 @@ impl Guest {
 
     /// Clears the SBA like the guest's interrupt handler.
     pub fn ack_sba(&self) {
-        self.ram.write(SBA_PAGE * PAGE, &[0u8; 4096]);
+        self.ram.write(SBA_PAGE * PAGE, &[0u8; 4096]).unwrap();
     }
 
     /// IEQ header index and the entries written so far (type, code, tok, info).
     pub fn ieq_idx(&self) -> u64 {
-        u64::from_be_bytes(self.ram.read(IEQ_PAGE * PAGE, 8).try_into().unwrap())
-    }
-
-    pub fn ieq_entry(&self, slot: u64) -> (u32, u32, u64, u64) {
-        let e = self.ram.read(IEQ_PAGE * PAGE + 32 + 32 * slot, 32);
-        (
-            u32::from_be_bytes(e[0..4].try_into().unwrap()),
-            u32::from_be_bytes(e[4..8].try_into().unwrap()),
-            u64::from_be_bytes(e[8..16].try_into().unwrap()),
-            u64::from_be_bytes(e[24..32].try_into().unwrap()),
+        u64::from_be_bytes(
+            self.ram
+                .read(IEQ_PAGE * PAGE, 8)
+                .unwrap()
+                .try_into()
+                .unwrap(),
         )
     }
 
+    pub fn ieq_entry(&self, slot: u64) -> (u32, u32, u64, u64) {
+        let at = IEQ_PAGE * PAGE + IEQ_HEADER_LEN + IEQ_ENTRY_LEN * slot;
+        let bytes = self.ram.read(at, IEQ_ENTRY_LEN as usize).unwrap();
+        let e = IeqEntry::read_from_bytes(&bytes).unwrap();
+        (e.kind.get(), e.code.get(), e.tok.get(), e.info.get())
+    }
+
     pub fn dmb_bytes(&self, dmb: &Dmb, offset: u64, len: usize) -> Vec<u8> {
-        self.ram.read(dmb.ram_offset + offset, len)
+        self.ram.read(dmb.ram_offset + offset, len).unwrap()
     }
 }
 

@@ -1,5 +1,6 @@
-//! One ISM PCI function as its vfio-user client sees it: the adapter between vfio-user
-//! messages and the device model.
+//! The vfio-user backend of one ISM function: the adapter between the messages of its
+//! client (QEMU) and the fabric. It sits above the fabric; the device model below knows
+//! nothing of the transport.
 //!
 //! Guest-visible failures are *not* vfio-user errors (the transport would lose their
 //! meaning): a failed command answers with a nonzero `ret`. Only a data move that the
@@ -13,15 +14,17 @@ use std::time::Instant;
 
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
-use super::command::{self, HEADER_LEN};
-use super::MAX_MOVE_LEN;
-use crate::fabric::{Fabric, FunctionId};
+use crate::dmb::FunctionId;
+use crate::fabric::Fabric;
+use crate::ism::command::{self, HEADER_LEN};
+use crate::ism::MAX_MOVE_LEN;
 use crate::pci::{Bar, ConfigSpace, Region};
 use crate::ratelimit::RateLimit;
 
 const COMMAND_AREA: usize = Bar::Command.size() as usize;
 
-pub struct IsmFunction {
+/// What one function's socket serves: its config space and command area, and the fabric.
+pub struct IsmBackend {
     fabric: Arc<Fabric>,
     id: FunctionId,
     name: String,
@@ -39,12 +42,9 @@ fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
-impl IsmFunction {
+impl IsmBackend {
     pub fn new(fabric: Arc<Fabric>, id: FunctionId) -> Self {
-        let (name, gid) = {
-            let st = fabric.lock();
-            (st.functions[id].name.clone(), st.functions[id].gid)
-        };
+        let (name, gid) = fabric.identity(id);
         Self {
             fabric,
             id,
@@ -114,17 +114,14 @@ impl IsmFunction {
     }
 }
 
-impl ServerBackend for IsmFunction {
+impl ServerBackend for IsmBackend {
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
         self.ensure_attached();
         match Region::from_index(region) {
             Some(Region::Config) => {
                 if !self.config.read(offset, data) {
-                    log::warn!(
-                        "{}: config read {offset:#x}+{} out of range",
-                        self.name,
-                        data.len()
-                    );
+                    let (name, len) = (&self.name, data.len());
+                    log::warn!("{name}: config read {offset:#x}+{len} out of range");
                     data.fill(0xff);
                 }
             }
@@ -145,11 +142,8 @@ impl ServerBackend for IsmFunction {
         match Region::from_index(region) {
             Some(Region::Config) => {
                 if !self.config.write(offset, data) {
-                    log::warn!(
-                        "{}: config write {offset:#x}+{} out of range ignored",
-                        self.name,
-                        data.len()
-                    );
+                    let (name, len) = (&self.name, data.len());
+                    log::warn!("{name}: config write {offset:#x}+{len} out of range ignored");
                 }
             }
             Some(Region::Bar(Bar::Command)) => {

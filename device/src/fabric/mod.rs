@@ -1,0 +1,312 @@
+//! The fabric: every ISM function of one emulated machine (one CHID), the DMBs they
+//! registered, and the routing of data moves and events between their guests' memories.
+//!
+//! This is the only state shared between functions, behind one lock, never held across a
+//! socket write. What the lock covers is listed in docs/architecture.md ("One lock").
+//! The fabric reports what happens through an [`EventSink`] (the observer) and knows
+//! nothing else above it. Commands are in `commands`, data moves in `moves`.
+
+mod commands;
+mod moves;
+mod rig;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::dma::{DmaError, DmaSpace};
+use crate::dmb::{now_us, Dmb, FunctionId};
+use crate::interrupts::{Interrupts, IrqError};
+use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
+use crate::observer::report::{Counters, FunctionView};
+use crate::observer::EventSink;
+
+pub use moves::MoveError;
+
+/// One function's device state, as far as other functions can see it.
+pub struct FunctionState {
+    pub name: String,
+    pub gid: u64,
+    pub attached: bool,
+    pub dma: DmaSpace,
+    pub sba: Option<Sba>,
+    pub ieq: Option<Ieq>,
+    pub irq: Interrupts,
+    pub vlans: BTreeSet<u64>,
+    pub vlan_required: bool,
+    pub counters: Counters,
+}
+
+impl FunctionState {
+    fn new(name: String, gid: u64) -> Self {
+        Self {
+            name,
+            gid,
+            attached: false,
+            dma: DmaSpace::new(),
+            sba: None,
+            ieq: None,
+            irq: Interrupts::default(),
+            vlans: BTreeSet::new(),
+            vlan_required: false,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Forgets everything the guest set up (reset or disconnect); counters survive.
+    fn clear(&mut self) {
+        self.dma.clear();
+        self.sba = None;
+        self.ieq = None;
+        self.irq.clear();
+        self.vlans.clear();
+        self.vlan_required = false;
+    }
+
+    /// Raises the function's interrupt and counts it when it went out.
+    fn interrupt(&mut self) {
+        if self.irq.raise() {
+            self.counters.interrupts += 1;
+        }
+    }
+
+    /// Queues an event and raises the interrupt. Lost events are logged, not fatal: the
+    /// guest may have unregistered its queue or unmapped it.
+    fn post_event(&mut self, event: &Event, interrupt: bool) {
+        let (Some(ieq), Some(sba)) = (self.ieq.as_mut(), self.sba) else {
+            log::warn!(
+                "{} (gid {:#018x}): event {event:?} dropped: no IEQ/SBA registered",
+                self.name,
+                self.gid
+            );
+            return;
+        };
+        if let Err(e) = ieq
+            .push(&self.dma, event)
+            .and_then(|()| sba.set_event_pending(&self.dma))
+        {
+            log::warn!(
+                "{} (gid {:#018x}): event {event:?} dropped: {e}",
+                self.name,
+                self.gid
+            );
+            return;
+        }
+        self.counters.events_in += 1;
+        if interrupt {
+            self.interrupt();
+        }
+    }
+}
+
+pub struct FabricState {
+    pub functions: Vec<FunctionState>,
+    pub dmbs: BTreeMap<u64, Dmb>,
+    next_token: u64,
+}
+
+impl FabricState {
+    fn dmbs_owned_by(&self, id: FunctionId) -> usize {
+        self.dmbs.values().filter(|d| d.owner == id).count()
+    }
+}
+
+pub struct Fabric {
+    chid: u16,
+    state: Mutex<FabricState>,
+    events: Arc<dyn EventSink>,
+}
+
+impl Fabric {
+    /// A fabric of the given `(name, gid)` functions; a function's id is its position.
+    pub fn new(chid: u16, functions: Vec<(String, u64)>, events: Arc<dyn EventSink>) -> Self {
+        let functions = functions
+            .into_iter()
+            .map(|(name, gid)| FunctionState::new(name, gid))
+            .collect();
+        Self {
+            chid,
+            state: Mutex::new(FabricState {
+                functions,
+                dmbs: BTreeMap::new(),
+                next_token: 1,
+            }),
+            events,
+        }
+    }
+
+    pub fn chid(&self) -> u16 {
+        self.chid
+    }
+
+    /// The state, for observers and tests. A poisoned lock is still usable: every update
+    /// leaves the state consistent before anything can panic.
+    pub fn lock(&self) -> MutexGuard<'_, FabricState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Name and GID of function `id`; fixed for the fabric's life.
+    pub fn identity(&self, id: FunctionId) -> (String, u64) {
+        let st = self.lock();
+        (st.functions[id].name.clone(), st.functions[id].gid)
+    }
+
+    /// Every function as the snapshot shows it.
+    pub fn function_views(&self) -> Vec<FunctionView> {
+        let st = self.lock();
+        st.functions
+            .iter()
+            .enumerate()
+            .map(|(id, f)| FunctionView {
+                name: f.name.clone(),
+                gid: f.gid,
+                attached: f.attached,
+                sba: f.sba.map(|s| s.iova),
+                ieq: f.ieq.map(|q| q.iova),
+                interrupt_enabled: f.irq.enabled(),
+                mapped_bytes: f.dma.mapped_bytes(),
+                dmbs_owned: st.dmbs_owned_by(id),
+                counters: f.counters.clone(),
+            })
+            .collect()
+    }
+
+    pub fn attach(&self, id: FunctionId) {
+        let mut st = self.lock();
+        let f = &mut st.functions[id];
+        f.attached = true;
+        log::info!("{} (gid {:#018x}): client attached", f.name, f.gid);
+        self.events.function_attached(&f.name, f.gid);
+    }
+
+    /// The function's client went away or reset it: drop its DMBs and mappings and tell
+    /// every peer that shared DMBs with it, so their connections abort instead of hanging.
+    pub fn detach(&self, id: FunctionId, reason: &'static str, still_attached: bool) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let gid = st.functions[id].gid;
+        let mut peers = BTreeSet::new();
+        let owned: Vec<u64> = st
+            .dmbs
+            .values()
+            .filter(|d| d.owner == id)
+            .map(|d| d.token)
+            .collect();
+        for token in owned {
+            if let Some(dmb) = st.dmbs.remove(&token) {
+                peers.insert(dmb.rgid);
+                self.events.dmb_gone(&dmb, reason, &st.functions[id].name);
+            }
+        }
+        for dmb in st.dmbs.values().filter(|d| d.rgid == gid) {
+            peers.insert(dmb.owner_gid);
+        }
+        peers.remove(&gid);
+        let f = &mut st.functions[id];
+        let had_state = f.sba.is_some() || f.dma.mapped_bytes() > 0;
+        f.clear();
+        f.attached = still_attached;
+        if had_state || !still_attached {
+            log::info!(
+                "{} (gid {gid:#018x}): {reason}; notifying {} peer(s)",
+                f.name,
+                peers.len()
+            );
+            self.events.function_detached(&f.name, gid, reason);
+        }
+        let event = Event {
+            kind: EventType::Gid,
+            code: gid_code::GID_DISABLED,
+            tok: gid,
+            time: now_us(),
+            info: 0,
+        };
+        for peer in st
+            .functions
+            .iter_mut()
+            .filter(|p| p.attached && peers.contains(&p.gid))
+        {
+            peer.post_event(&event, true);
+        }
+    }
+
+    pub fn dma_map(
+        &self,
+        id: FunctionId,
+        iova: u64,
+        size: u64,
+        file: Option<std::fs::File>,
+        offset: u64,
+    ) -> Result<(), DmaError> {
+        self.lock().functions[id].dma.map(iova, size, file, offset)
+    }
+
+    pub fn dma_unmap(&self, id: FunctionId, iova: u64, size: u64) -> u64 {
+        self.lock().functions[id].dma.unmap(iova, size)
+    }
+
+    pub fn dma_unmap_all(&self, id: FunctionId) {
+        self.lock().functions[id].dma.clear();
+    }
+
+    pub fn set_irqs(
+        &self,
+        id: FunctionId,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<std::fs::File>,
+    ) -> Result<(), IrqError> {
+        self.lock().functions[id]
+            .irq
+            .set(index, flags, start, count, fds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rig::Rig;
+    use crate::ism::status::{gid_code, EventType};
+
+    #[test]
+    fn detach_drops_the_dmbs_and_tells_the_peer_whose_dmb_it_used() {
+        let rig = Rig::new(3);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        rig.fabric.detach(1, "client disconnected", false);
+        assert!(rig.fabric.lock().dmbs.is_empty());
+        let (idx, entry) = rig.ieq(0, 0);
+        assert_eq!(idx, 1, "ism0 shared a DMB with ism1");
+        assert_eq!(entry.kind.get(), EventType::Gid as u32);
+        assert_eq!(entry.code.get(), gid_code::GID_DISABLED);
+        assert_eq!(entry.tok.get(), rig.gid(1));
+        assert_eq!(rig.ieq(2, 0).0, 0, "ism2 shared nothing and hears nothing");
+        let calls = rig.sink.calls();
+        assert!(calls.contains(&format!("gone {token:#x}: client disconnected")));
+        assert!(calls.contains(&"detached ism1: client disconnected".to_string()));
+    }
+
+    #[test]
+    fn reset_of_a_function_that_set_nothing_up_is_not_reported() {
+        let rig = Rig::new(1);
+        rig.fabric.detach(0, "function reset", true);
+        rig.fabric.detach(0, "function reset", true);
+        let detached = rig.sink.calls().into_iter();
+        assert_eq!(detached.filter(|c| c.starts_with("detached")).count(), 1);
+        assert!(rig.fabric.lock().functions[0].attached);
+    }
+
+    #[test]
+    fn function_views_show_mappings_registrations_and_owned_dmbs() {
+        let rig = Rig::new(2);
+        rig.reg_dmb(1, rig.gid(0), 32);
+        let views = rig.fabric.function_views();
+        assert_eq!(views[1].gid, rig.gid(1));
+        assert_eq!(views[1].dmbs_owned, 1);
+        assert_eq!(views[0].dmbs_owned, 0);
+        assert_eq!(views[0].sba, Some(super::rig::BASE));
+        assert_eq!(views[0].mapped_bytes, super::rig::RAM_SIZE);
+        assert!(views[0].attached && !views[0].interrupt_enabled);
+    }
+}

@@ -1,0 +1,156 @@
+//! A fabric over in-memory guest RAM for the fabric's own unit tests: no sockets, no
+//! threads. Each function's RAM is mapped at `BASE`, with the SBA in its first page, the
+//! IEQ in its second and DMBs from `DMB_AREA` on, 64 KiB apart.
+#![cfg(test)]
+
+use std::sync::{Arc, Mutex};
+
+use zerocopy::FromBytes;
+
+use super::Fabric;
+use crate::dma::DmaSpace;
+use crate::dmb::{Dmb, FunctionId};
+use crate::ism::command::{Command, CommandError, DmbRequest, Response};
+use crate::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN, IEQ_LEN};
+use crate::ism::MoveAddress;
+use crate::observer::EventSink;
+use crate::testkit::GuestRam;
+
+pub const BASE: u64 = 0x1_0000_0000;
+pub const RAM_SIZE: u64 = 1 << 20;
+pub const IEQ_AT: u64 = 4096;
+pub const DMB_AREA: u64 = 0x1_0000;
+pub const DMB_SPACING: u64 = 0x1_0000;
+
+/// Records what the fabric reports, one line per call.
+#[derive(Default)]
+pub struct Recorder {
+    calls: Mutex<Vec<String>>,
+    /// Tokens `poll_zeroing` asks about.
+    pub watch: Mutex<Vec<u64>>,
+}
+
+impl Recorder {
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn push(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+}
+
+impl EventSink for Recorder {
+    fn function_attached(&self, function: &str, _gid: u64) {
+        self.push(format!("attached {function}"));
+    }
+    fn function_detached(&self, function: &str, _gid: u64, reason: &str) {
+        self.push(format!("detached {function}: {reason}"));
+    }
+    fn dmb_registered(&self, dmb: &Dmb, function: &str) {
+        self.push(format!("registered {:#x} by {function}", dmb.token));
+    }
+    fn dmb_gone(&self, dmb: &Dmb, reason: &str, _function: &str) {
+        self.push(format!("gone {:#x}: {reason}", dmb.token));
+    }
+    fn before_move(&self, dmb: &Dmb, _mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
+        self.push(format!(
+            "before {:#x}+{} {}",
+            dmb.token,
+            addr.offset,
+            data.len()
+        ));
+    }
+    fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) {
+        self.push(format!(
+            "after {:#x}+{} {}",
+            dmb.token,
+            addr.offset,
+            data.len()
+        ));
+    }
+    fn poll_zeroing(&self, is_zero: &dyn Fn(u64) -> Option<bool>) {
+        let watch = self.watch.lock().unwrap().clone();
+        for token in watch {
+            self.push(format!("zero {token:#x}: {:?}", is_zero(token)));
+        }
+    }
+}
+
+pub struct Rig {
+    pub fabric: Fabric,
+    pub rams: Vec<GuestRam>,
+    pub sink: Arc<Recorder>,
+}
+
+impl Rig {
+    /// `n` attached functions whose guests mapped their RAM and registered SBA and IEQ.
+    pub fn new(n: usize) -> Self {
+        let sink = Arc::new(Recorder::default());
+        let functions = (0..n)
+            .map(|i| (format!("ism{i}"), crate::default_gid(0x1234, i)))
+            .collect();
+        let fabric = Fabric::new(0x1234, functions, sink.clone());
+        let rams: Vec<GuestRam> = (0..n).map(|_| GuestRam::new(RAM_SIZE).unwrap()).collect();
+        for (id, ram) in rams.iter().enumerate() {
+            fabric.attach(id);
+            let file = ram.dup_file().unwrap();
+            fabric.dma_map(id, BASE, RAM_SIZE, Some(file), 0).unwrap();
+            fabric.execute(id, Command::RegSba { iova: BASE }).unwrap();
+            let ieq = Command::RegIeq {
+                iova: BASE + IEQ_AT,
+                len: IEQ_LEN,
+            };
+            fabric.execute(id, ieq).unwrap();
+        }
+        Self { fabric, rams, sink }
+    }
+
+    pub fn gid(&self, id: FunctionId) -> u64 {
+        self.fabric.identity(id).1
+    }
+
+    /// REG_DMB by `owner` for peer `rgid`: `len` bytes in DMB slot `sba_idx - 32`.
+    pub fn try_reg_dmb(
+        &self,
+        owner: FunctionId,
+        rgid: u64,
+        len: u32,
+        sba_idx: u32,
+    ) -> Result<Response, CommandError> {
+        let request = DmbRequest {
+            iova: BASE + Self::dmb_offset(sba_idx),
+            len,
+            sba_idx,
+            vlan_valid: 0,
+            vlan_id: 0,
+            rgid,
+        };
+        self.fabric.execute(owner, Command::RegDmb(request))
+    }
+
+    /// A DMB that must register; returns its token.
+    pub fn reg_dmb(&self, owner: FunctionId, rgid: u64, sba_idx: u32) -> u64 {
+        match self.try_reg_dmb(owner, rgid, 16384, sba_idx) {
+            Ok(Response::Token(token)) => token,
+            other => panic!("REG_DMB answered {other:?}"),
+        }
+    }
+
+    /// Where DMB `sba_idx` lies in its owner's RAM.
+    pub fn dmb_offset(sba_idx: u32) -> u64 {
+        DMB_AREA + u64::from(sba_idx - 32) * DMB_SPACING
+    }
+
+    pub fn ram(&self, id: FunctionId, offset: u64, len: usize) -> Vec<u8> {
+        self.rams[id].read(offset, len).unwrap()
+    }
+
+    /// The IEQ's index (last entry + 1) and the entry in `slot`.
+    pub fn ieq(&self, id: FunctionId, slot: u64) -> (u64, IeqEntry) {
+        let idx = u64::from_be_bytes(self.ram(id, IEQ_AT, 8).try_into().unwrap());
+        let at = IEQ_AT + IEQ_HEADER_LEN + slot * IEQ_ENTRY_LEN;
+        let bytes = self.ram(id, at, IEQ_ENTRY_LEN as usize);
+        (idx, IeqEntry::read_from_bytes(&bytes).unwrap())
+    }
+}

@@ -1,0 +1,355 @@
+//! The snapshot the control socket answers `snapshot` with, and the tables `ism-emu observe`
+//! prints from it. The snapshot types serialize and deserialize, so the CLI reads what
+//! the emulator wrote with the same types.
+//!
+//! GIDs, tokens and addresses are hex strings in JSON (see `json`).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::dmb_life::{ConnState, DmbSummary};
+use super::json::{chid, hex, hex_opt};
+
+/// Per-function counters, kept by the fabric.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub commands: u64,
+    pub command_errors: u64,
+    pub moves_out: u64,
+    pub bytes_out: u64,
+    pub moves_rejected: u64,
+    pub moves_in: u64,
+    pub bytes_in: u64,
+    pub signals_in: u64,
+    pub events_in: u64,
+    pub interrupts: u64,
+}
+
+/// One function in the snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FunctionView {
+    pub name: String,
+    #[serde(with = "hex")]
+    pub gid: u64,
+    pub attached: bool,
+    #[serde(with = "hex_opt")]
+    pub sba: Option<u64>,
+    #[serde(with = "hex_opt")]
+    pub ieq: Option<u64>,
+    pub interrupt_enabled: bool,
+    pub mapped_bytes: u64,
+    pub dmbs_owned: usize,
+    pub counters: Counters,
+}
+
+/// The whole fabric as `ism-emu observe json` prints it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    #[serde(with = "chid")]
+    pub chid: u16,
+    pub functions: Vec<FunctionView>,
+    pub dmbs: Vec<DmbSummary>,
+}
+
+/// `observe functions`: the fabric's CHID, then a row per function.
+pub struct FunctionsTable<'a>(pub &'a Snapshot);
+
+impl fmt::Display for FunctionsTable<'_> {
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(out, "fabric CHID {:#06x}", self.0.chid)?;
+        writeln!(
+            out,
+            "{:<6} {:<18} {:<8} {:>5} {:>9} {:>12} {:>9} {:>12} {:>8} {:>6} {:>6} {:>8}",
+            "FUNC",
+            "GID",
+            "ATTACHED",
+            "DMBS",
+            "MOVES_OUT",
+            "BYTES_OUT",
+            "MOVES_IN",
+            "BYTES_IN",
+            "SIGNALS",
+            "EVENTS",
+            "IRQS",
+            "REJECTED"
+        )?;
+        for f in &self.0.functions {
+            let c = &f.counters;
+            writeln!(
+                out,
+                "{:<6} {:<18} {:<8} {:>5} {:>9} {:>12} {:>9} {:>12} {:>8} {:>6} {:>6} {:>8}",
+                f.name,
+                format!("{:#x}", f.gid),
+                if f.attached { "yes" } else { "no" },
+                f.dmbs_owned,
+                c.moves_out,
+                c.bytes_out,
+                c.moves_in,
+                c.bytes_in,
+                c.signals_in,
+                c.events_in,
+                c.interrupts,
+                c.moves_rejected + c.command_errors,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl ConnState {
+    fn name(self) -> &'static str {
+        match self {
+            ConnState::Fresh => "fresh",
+            ConnState::Open => "open",
+            ConnState::Closed => "closed",
+        }
+    }
+}
+
+/// Median and maximum of the zeroing delays, or "-".
+fn delays(summary: &DmbSummary) -> String {
+    let mut delays = summary.zero_delays_ms.clone();
+    delays.sort_by(f64::total_cmp);
+    match (delays.get(delays.len() / 2), delays.last()) {
+        (Some(med), Some(max)) => format!("{med:.1}/{max:.1}"),
+        _ => "-".into(),
+    }
+}
+
+/// `observe dmbs`: a row per DMB.
+pub struct DmbsTable<'a>(pub &'a Snapshot);
+
+impl fmt::Display for DmbsTable<'_> {
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            out,
+            "{:<6} {:<14} {:<18} {:>7} {:>4} {:<12} {:>5} {:>6} {:>5} {:>5} {:>6} {:>14} {:>12}",
+            "FUNC",
+            "TOKEN",
+            "PEER",
+            "LEN",
+            "IDX",
+            "STATE",
+            "CONNS",
+            "REUSES",
+            "CLEAN",
+            "STALE",
+            "ZEROED",
+            "ZERO_MS(med/max)",
+            "BYTES"
+        )?;
+        for d in &self.0.dmbs {
+            let state = if d.registered {
+                d.state.name().to_string()
+            } else {
+                format!("{}/unreg", d.state.name())
+            };
+            writeln!(
+                out,
+                "{:<6} {:<14} {:<18} {:>7} {:>4} {:<12} {:>5} {:>6} {:>5} {:>5} {:>6} {:>14} {:>12}",
+                d.function,
+                format!("{:#x}", d.token),
+                format!("{:#018x}", d.rgid),
+                d.len,
+                d.sba_idx,
+                state,
+                d.connections,
+                d.reuses,
+                d.clean_reuses,
+                d.stale_reuses,
+                d.zeroed_after_close,
+                delays(d),
+                d.bytes,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `observe conns`: a row per remembered connection, times relative to the first.
+pub struct ConnsTable<'a>(pub &'a Snapshot);
+
+impl fmt::Display for ConnsTable<'_> {
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            out,
+            "{:<6} {:<14} {:>5} {:>12} {:>10} {:>12} {:<6} {:<13} {:>11}",
+            "FUNC", "TOKEN", "CONN", "OPENED(s)", "OPEN_MS", "BYTES", "CLOSE", "REUSE", "ZEROED_MS"
+        )?;
+        let dmbs = &self.0.dmbs;
+        let start = dmbs
+            .iter()
+            .flat_map(|d| &d.recent)
+            .map(|c| c.opened_us)
+            .min()
+            .unwrap_or(0);
+        for d in dmbs {
+            for c in &d.recent {
+                let open_ms = c.closed_us.map_or("-".to_string(), |closed| {
+                    format!("{:.1}", closed.saturating_sub(c.opened_us) as f64 / 1e3)
+                });
+                let reuse = match c.reuse_clean {
+                    None => "-".to_string(),
+                    Some(true) => "clean".to_string(),
+                    Some(false) => format!("STALE {}B", c.stale_bytes),
+                };
+                let zeroed = match (c.zeroed_after_ms, c.not_zeroed) {
+                    (Some(ms), _) => format!("{ms:.1}"),
+                    (None, true) => "never".to_string(),
+                    (None, false) => "-".to_string(),
+                };
+                writeln!(
+                    out,
+                    "{:<6} {:<14} {:>5} {:>12.3} {:>10} {:>12} {:<6} {:<13} {:>11}",
+                    d.function,
+                    format!("{:#x}", d.token),
+                    c.conn,
+                    c.opened_us.saturating_sub(start) as f64 / 1e6,
+                    open_ms,
+                    c.bytes,
+                    c.how.as_deref().unwrap_or("-"),
+                    reuse,
+                    zeroed,
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The summary's last lines: totals and a verdict on zeroing and reuse.
+pub struct Verdict<'a>(pub &'a Snapshot);
+
+impl fmt::Display for Verdict<'_> {
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dmbs = &self.0.dmbs;
+        let sum = |field: fn(&DmbSummary) -> u64| dmbs.iter().map(field).sum::<u64>();
+        let stale = sum(|d| d.stale_reuses);
+        let reuses = sum(|d| d.reuses);
+        writeln!(
+            out,
+            "{} DMBs, {} connections, {} closes, {} zeroed after close, {} reuses ({} clean, {} stale)",
+            dmbs.len(),
+            sum(|d| d.connections),
+            sum(|d| d.closes),
+            sum(|d| d.zeroed_after_close),
+            reuses,
+            sum(|d| d.clean_reuses),
+            stale
+        )?;
+        if stale > 0 {
+            writeln!(
+                out,
+                "VERDICT: STALE — a reused DMB still held an earlier connection's bytes"
+            )
+        } else if reuses > 0 {
+            writeln!(
+                out,
+                "VERDICT: CLEAN — every reused DMB was zero when the next connection started"
+            )
+        } else {
+            writeln!(out, "VERDICT: no DMB reuse seen")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dmb::Dmb;
+    use crate::observer::dmb_life::Tracker;
+
+    fn snapshot() -> Snapshot {
+        let dmb = Dmb {
+            token: 0x1_0000_0000,
+            owner: 0,
+            owner_gid: 0x1234_0049_534d_0001,
+            rgid: 0xfedc_ba98_7654_3210,
+            iova: 0x1_0001_0000,
+            len: 65536,
+            sba_idx: 32,
+            vlan_valid: false,
+            vlan_id: 0,
+            registered_at_us: 0,
+        };
+        let mut tracker = Tracker::default();
+        tracker.register(&dmb, "ism0");
+        Snapshot {
+            chid: 0x1234,
+            functions: vec![FunctionView {
+                name: "ism0".into(),
+                gid: dmb.owner_gid,
+                attached: true,
+                sba: Some(0x1_0000_0000),
+                ieq: None,
+                interrupt_enabled: true,
+                mapped_bytes: 4096,
+                dmbs_owned: 1,
+                counters: Counters {
+                    moves_rejected: 2,
+                    command_errors: 1,
+                    ..Counters::default()
+                },
+            }],
+            dmbs: tracker.summaries(),
+        }
+    }
+
+    #[test]
+    fn gids_and_tokens_are_hex_strings_in_json() {
+        let json: serde_json::Value = serde_json::to_value(snapshot()).unwrap();
+        assert_eq!(json["chid"], "0x1234");
+        assert_eq!(json["functions"][0]["gid"], "0x12340049534d0001");
+        assert_eq!(json["functions"][0]["ieq"], serde_json::Value::Null);
+        assert_eq!(json["dmbs"][0]["token"], "0x100000000");
+        assert_eq!(json["dmbs"][0]["rgid"], "0xfedcba9876543210");
+        assert_eq!(json["dmbs"][0]["state"], "fresh");
+    }
+
+    #[test]
+    fn a_snapshot_reads_back_what_it_wrote() {
+        let snap = snapshot();
+        let json = serde_json::to_string(&snap).unwrap();
+        assert_eq!(serde_json::from_str::<Snapshot>(&json).unwrap(), snap);
+    }
+
+    #[test]
+    fn a_decimal_gid_is_refused() {
+        let mut json = serde_json::to_value(snapshot()).unwrap();
+        json["functions"][0]["gid"] = 42.into();
+        assert!(serde_json::from_value::<Snapshot>(json).is_err());
+    }
+
+    #[test]
+    fn functions_table_shows_gid_and_rejections() {
+        let text = FunctionsTable(&snapshot()).to_string();
+        assert!(text.starts_with("fabric CHID 0x1234\n"), "{text}");
+        let row = text.lines().nth(2).unwrap();
+        assert!(row.starts_with("ism0   0x12340049534d0001 yes"), "{row}");
+        assert!(
+            row.ends_with(" 3"),
+            "2 rejected moves + 1 failed command: {row}"
+        );
+    }
+
+    #[test]
+    fn dmbs_table_shows_token_peer_and_state() {
+        let text = DmbsTable(&snapshot()).to_string();
+        let row = text.lines().nth(1).unwrap();
+        assert!(
+            row.starts_with("ism0   0x100000000    0xfedcba9876543210   65536   32 fresh"),
+            "{row}"
+        );
+    }
+
+    #[test]
+    fn verdict_without_reuse_says_so() {
+        let text = Verdict(&snapshot()).to_string();
+        assert_eq!(
+            text,
+            "1 DMBs, 0 connections, 0 closes, 0 zeroed after close, 0 reuses (0 clean, 0 stale)\n\
+             VERDICT: no DMB reuse seen\n"
+        );
+    }
+}

@@ -1,0 +1,358 @@
+//! A hand-made vfio-user client, enough to play QEMU's part, and the ISM driver's way
+//! of issuing a command through it.
+//!
+//! The client speaks the wire protocol by hand instead of using `vfio_user::Client`
+//! because tests must send what QEMU never would (bad offsets, truncated messages,
+//! posted writes) and must read *error* replies, which that client cannot parse.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+
+use super::GuestRam;
+use crate::ism::command::HEADER_LEN as ISM_HEADER_LEN;
+use crate::ism::wire::{Request, RespHeader};
+use crate::pci::Bar;
+
+/// vfio-user command numbers (protocol specification, section "Commands").
+pub mod cmd {
+    pub const VERSION: u16 = 1;
+    pub const DMA_MAP: u16 = 2;
+    pub const DMA_UNMAP: u16 = 3;
+    pub const DEVICE_GET_INFO: u16 = 4;
+    pub const DEVICE_GET_REGION_INFO: u16 = 5;
+    pub const DEVICE_GET_IRQ_INFO: u16 = 7;
+    pub const DEVICE_SET_IRQS: u16 = 8;
+    pub const REGION_READ: u16 = 9;
+    pub const REGION_WRITE: u16 = 10;
+    pub const DEVICE_RESET: u16 = 13;
+}
+
+const FLAG_REPLY: u32 = 0x1;
+const FLAG_NO_REPLY: u32 = 0x10;
+const FLAG_ERROR: u32 = 0x20;
+
+/// vfio-user message layouts (little-endian), as far as the client needs them.
+pub mod msg {
+    use super::*;
+
+    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct Header {
+        pub id: U16,
+        pub command: U16,
+        /// The whole message, header included.
+        pub size: U32,
+        pub flags: U32,
+        pub error: U32,
+    }
+
+    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct DmaMap {
+        pub argsz: U32,
+        pub flags: U32,
+        pub offset: U64,
+        pub address: U64,
+        pub size: U64,
+    }
+
+    impl DmaMap {
+        /// A readable and writable mapping of `size` bytes at file `offset`.
+        pub fn new(address: u64, size: u64, offset: u64) -> Self {
+            Self {
+                argsz: U32::new(size_of::<Self>() as u32),
+                flags: U32::new(3),
+                offset: offset.into(),
+                address: address.into(),
+                size: size.into(),
+            }
+        }
+    }
+
+    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct DmaUnmap {
+        pub argsz: U32,
+        pub flags: U32,
+        pub address: U64,
+        pub size: U64,
+    }
+
+    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct RegionAccess {
+        pub offset: U64,
+        pub region: U32,
+        pub count: U32,
+    }
+
+    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+    #[repr(C)]
+    pub struct SetIrqs {
+        pub argsz: U32,
+        pub flags: U32,
+        pub index: U32,
+        pub start: U32,
+        pub count: U32,
+    }
+}
+
+/// A reply: `Err(errno)` when the server flagged an error.
+pub type Reply = std::result::Result<Vec<u8>, u32>;
+
+/// The body of a reply, or an error naming what failed.
+pub fn expect_ok(reply: Reply, what: &str) -> io::Result<Vec<u8>> {
+    reply.map_err(|errno| io::Error::other(format!("{what} failed: errno {errno}")))
+}
+
+/// What an ISM command answered: its `ret` and the whole response, header included.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CommandReply {
+    pub ret: u16,
+    pub bytes: Vec<u8>,
+}
+
+impl CommandReply {
+    pub fn ok(&self) -> bool {
+        self.ret == 0
+    }
+
+    /// The response as struct `T`; None when it is shorter than `T`.
+    pub fn get<T: FromBytes + KnownLayout + Immutable>(&self) -> Option<T> {
+        T::read_from_prefix(&self.bytes).ok().map(|(t, _)| t)
+    }
+}
+
+const CMD_BAR: u32 = Bar::Command.index();
+
+/// A hand-made vfio-user client, enough to play QEMU's part.
+pub struct Client {
+    stream: UnixStream,
+    next_id: u16,
+}
+
+impl Client {
+    /// Connects (retrying while the server starts) and negotiates the version.
+    pub fn connect(path: &Path) -> io::Result<Self> {
+        let mut last = None;
+        for _ in 0..200 {
+            match UnixStream::connect(path) {
+                Ok(stream) => {
+                    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+                    let mut client = Self { stream, next_id: 0 };
+                    client.negotiate()?;
+                    return Ok(client);
+                }
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no connection")))
+    }
+
+    fn negotiate(&mut self) -> io::Result<()> {
+        let mut payload = [U16::new(0), U16::new(2)].as_bytes().to_vec();
+        payload.extend_from_slice(b"{\"capabilities\":{\"max_msg_fds\":16}}\0");
+        let reply = self.call(cmd::VERSION, &payload, &[])?;
+        expect_ok(reply, "VERSION").map(|_| ())
+    }
+
+    /// Sends one message and waits for its reply.
+    pub fn call(&mut self, command: u16, payload: &[u8], fds: &[RawFd]) -> io::Result<Reply> {
+        let id = self.send(command, payload, fds, 0)?;
+        self.recv_reply(id)
+    }
+
+    /// Sends one message; `flags` may ask for no reply.
+    pub fn send(
+        &mut self,
+        command: u16,
+        payload: &[u8],
+        fds: &[RawFd],
+        flags: u32,
+    ) -> io::Result<u16> {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        let header = msg::Header {
+            id: id.into(),
+            command: command.into(),
+            size: U32::new((size_of::<msg::Header>() + payload.len()) as u32),
+            flags: flags.into(),
+            error: U32::ZERO,
+        };
+        let mut message = header.as_bytes().to_vec();
+        message.extend_from_slice(payload);
+        if fds.is_empty() {
+            self.stream.write_all(&message)?;
+        } else {
+            let sent = self
+                .stream
+                .send_with_fds(&[&message[..]], fds)
+                .map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
+            if sent != message.len() {
+                self.stream.write_all(&message[sent..])?;
+            }
+        }
+        Ok(id)
+    }
+
+    /// Sends raw bytes (for truncated or malformed messages).
+    pub fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    pub fn recv_reply(&mut self, id: u16) -> io::Result<Reply> {
+        let mut header = msg::Header::new_zeroed();
+        self.stream.read_exact(header.as_mut_bytes())?;
+        let size = header.size.get() as usize;
+        let mut body = vec![0; size.saturating_sub(size_of::<msg::Header>())];
+        self.stream.read_exact(&mut body)?;
+        let (reply_id, flags) = (header.id.get(), header.flags.get());
+        if reply_id != id || flags & FLAG_REPLY == 0 {
+            return Err(io::Error::other(format!(
+                "unexpected reply id {reply_id} flags {flags:#x} (wanted {id})"
+            )));
+        }
+        if flags & FLAG_ERROR != 0 {
+            return Ok(Err(header.error.get()));
+        }
+        Ok(Ok(body))
+    }
+
+    pub fn dma_map(
+        &mut self,
+        iova: u64,
+        size: u64,
+        ram: &GuestRam,
+        offset: u64,
+    ) -> io::Result<Reply> {
+        let map = msg::DmaMap::new(iova, size, offset);
+        self.call(cmd::DMA_MAP, map.as_bytes(), &[ram.fd()])
+    }
+
+    /// Maps `pages` 4 KiB pages one message each, the way QEMU's s390 IOMMU does.
+    pub fn dma_map_pages(
+        &mut self,
+        iova: u64,
+        pages: u64,
+        ram: &GuestRam,
+        offset: u64,
+    ) -> io::Result<()> {
+        for i in 0..pages {
+            let reply = self.dma_map(iova + i * 4096, 4096, ram, offset + i * 4096)?;
+            expect_ok(reply, "DMA_MAP")?;
+        }
+        Ok(())
+    }
+
+    pub fn dma_unmap(&mut self, iova: u64, size: u64) -> io::Result<Reply> {
+        let unmap = msg::DmaUnmap {
+            argsz: U32::new(size_of::<msg::DmaUnmap>() as u32),
+            flags: U32::ZERO,
+            address: iova.into(),
+            size: size.into(),
+        };
+        self.call(cmd::DMA_UNMAP, unmap.as_bytes(), &[])
+    }
+
+    fn region_access(region: u32, offset: u64, data: &[u8]) -> Vec<u8> {
+        let access = msg::RegionAccess {
+            offset: offset.into(),
+            region: region.into(),
+            count: U32::new(data.len() as u32),
+        };
+        let mut p = access.as_bytes().to_vec();
+        p.extend_from_slice(data);
+        p
+    }
+
+    pub fn region_read(&mut self, region: u32, offset: u64, count: u32) -> io::Result<Reply> {
+        let access = msg::RegionAccess {
+            offset: offset.into(),
+            region: region.into(),
+            count: count.into(),
+        };
+        let reply = self.call(cmd::REGION_READ, access.as_bytes(), &[])?;
+        Ok(reply.map(|body| {
+            body.get(size_of::<msg::RegionAccess>()..)
+                .unwrap_or_default()
+                .to_vec()
+        }))
+    }
+
+    pub fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<Reply> {
+        let p = Self::region_access(region, offset, data);
+        self.call(cmd::REGION_WRITE, &p, &[])
+    }
+
+    /// A posted write: no reply is expected (QEMU posts writes to non-mmap'd regions).
+    pub fn region_write_posted(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> io::Result<u16> {
+        let p = Self::region_access(region, offset, data);
+        self.send(cmd::REGION_WRITE, &p, &[], FLAG_NO_REPLY)
+    }
+
+    /// Wires interrupt `index` (1 = MSI, 2 = MSI-X) to a new eventfd and returns it.
+    pub fn set_irq_eventfd(&mut self, index: u32) -> io::Result<EventFd> {
+        let efd = EventFd::new(EFD_NONBLOCK)?;
+        let set = msg::SetIrqs {
+            argsz: U32::new(size_of::<msg::SetIrqs>() as u32),
+            // DATA_EVENTFD | ACTION_TRIGGER
+            flags: U32::new(0x4 | 0x20),
+            index: index.into(),
+            start: U32::ZERO,
+            count: U32::new(1),
+        };
+        let reply = self.call(cmd::DEVICE_SET_IRQS, set.as_bytes(), &[efd.as_raw_fd()])?;
+        expect_ok(reply, "SET_IRQS")?;
+        Ok(efd)
+    }
+
+    pub fn reset(&mut self) -> io::Result<Reply> {
+        self.call(cmd::DEVICE_RESET, &[], &[])
+    }
+
+    /// One ISM command exactly as the driver's ism_cmd() issues it: the fields at offset
+    /// 8, the header at 0, then the response header and the rest in 8-byte loads.
+    pub fn ism_command<R: Request>(&mut self, request: &R) -> io::Result<CommandReply> {
+        self.ism_command_raw(request.as_bytes())
+    }
+
+    /// The same with any bytes, the first 8 taken as the header: for unknown opcodes and
+    /// lengths that lie.
+    pub fn ism_command_raw(&mut self, request: &[u8]) -> io::Result<CommandReply> {
+        let (header, fields) = request.split_at(ISM_HEADER_LEN.min(request.len()));
+        if !fields.is_empty() {
+            expect_ok(self.region_write(CMD_BAR, 8, fields)?, "command fields")?;
+        }
+        expect_ok(self.region_write(CMD_BAR, 0, header)?, "command header")?;
+        let mut bytes = expect_ok(self.region_read(CMD_BAR, 0, 8)?, "response header")?;
+        let (resp, _) = RespHeader::read_from_prefix(&bytes)
+            .map_err(|_| io::Error::other("short response header"))?;
+        let (ret, len) = (resp.ret.get(), u64::from(resp.len.get()));
+        if ret == 0 {
+            if len < 8 || len % 8 != 0 {
+                return Err(io::Error::other(format!("response length {len}")));
+            }
+            for offset in (8..len).step_by(8) {
+                bytes.extend(expect_ok(
+                    self.region_read(CMD_BAR, offset, 8)?,
+                    "response",
+                )?);
+            }
+        }
+        Ok(CommandReply { ret, bytes })
+    }
+}
