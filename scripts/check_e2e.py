@@ -171,20 +171,46 @@ def version_label(conns):
     return " ".join(f"{k}:{n}" for k, n in sorted(counts.items()))
 
 
-def observed_zeroing(dmbs):
-    """The verdict the host's view supports: stale, release, hand-out, or none (no reuse)."""
-    reuses = sum(d["reuses"] for d in dmbs)
-    if sum(d["stale_reuses"] for d in dmbs):
+def reuse_evidence(dmbs):
+    """Classifies each reuse the observer remembers (its `recent` connections) by when the
+    DMB became zero: "release" (zero within RELEASE_WINDOW_MS of the close, and idle
+    longer than that before the next connection), "hand-out" (no zero within that window
+    after the close, zero just before, or only at, the next connection), "stale" (the
+    reuse carried old bytes) or "undecided" (the next connection came so soon after the
+    close that both would look alike)."""
+    out = {"release": 0, "hand-out": 0, "stale": 0, "undecided": 0}
+    for d in dmbs:
+        recent = d.get("recent", [])
+        for prev, nxt in zip(recent, recent[1:]):
+            if nxt.get("reuse_clean") is None or prev.get("closed_us") is None:
+                continue
+            if not nxt["reuse_clean"]:
+                out["stale"] += 1
+                continue
+            gap_ms = (nxt["opened_us"] - prev["closed_us"]) / 1000.0
+            zero_ms = prev.get("zeroed_after_ms")
+            if zero_ms is not None and zero_ms <= RELEASE_WINDOW_MS:
+                kind = "release" if gap_ms - zero_ms > RELEASE_WINDOW_MS else "undecided"
+            elif gap_ms > RELEASE_WINDOW_MS:
+                # Idle for longer than the window without being zeroed right after the
+                # close, yet clean when reused: zeroed when handed out again.
+                kind = "hand-out"
+            else:
+                kind = "undecided"
+            out[kind] += 1
+    return out
+
+
+def observed_zeroing(evidence):
+    """The verdict the host's view supports: stale, release, hand-out, mixed or none."""
+    if evidence["stale"]:
         return "stale"
-    if reuses == 0:
-        return "none"
-    delays = [x for d in dmbs for x in d["zero_delays_ms"]]
-    zeroed_every_reuse = all(d["zeroed_after_close"] >= d["reuses"] for d in dmbs)
-    if zeroed_every_reuse and delays and all(x <= RELEASE_WINDOW_MS for x in delays):
+    rel, hand = evidence["release"], evidence["hand-out"]
+    if rel and not hand:
         return "release"
-    if not any(x <= RELEASE_WINDOW_MS for x in delays):
+    if hand and not rel:
         return "hand-out"
-    return "mixed"
+    return "mixed" if rel else "none"
 
 
 def main():
@@ -259,6 +285,7 @@ def main():
     stale = sum(d["stale_reuses"] for d in dmbs)
     delays = sorted(x for d in dmbs for x in d["zero_delays_ms"])
     at_release = sum(1 for x in delays if x <= RELEASE_WINDOW_MS)
+    evidence = reuse_evidence(dmbs)
     conns_seen = sum(d["connections"] for d in dmbs)
     print()
     print(f"host view: {len(dmbs)} DMBs, {conns_seen} connections, {reuses} reuses ({stale} stale), "
@@ -268,7 +295,10 @@ def main():
         print(f"zeroing delay after close (ms): min {delays[0]:.1f}  median {pick(0.5):.1f}  "
               f"p90 {pick(0.9):.1f}  max {delays[-1]:.1f}")
 
-    verdict = observed_zeroing(dmbs)
+    verdict = observed_zeroing(evidence)
+    print(f"reuses by when the DMB became zero: {evidence['release']} at release, "
+          f"{evidence['hand-out']} at hand-out, {evidence['stale']} stale, {evidence['undecided']} undecided "
+          f"(next connection within {RELEASE_WINDOW_MS:.0f} ms of the close)")
     if expected == "release":
         if stale:
             errors.append(f"kernel {release} zeroes at release: {stale} stale reuse(s)")
@@ -285,8 +315,11 @@ def main():
             errors.append(f"kernel {release}: no reuse seen")
         if stale:
             errors.append(f"kernel {release} zeroes at hand-out: {stale} stale reuse(s)")
-        if at_release:
-            errors.append(f"kernel {release} zeroes at hand-out: {at_release} zeroing(s) right after close; expected none at release")
+        if evidence["release"]:
+            errors.append(f"kernel {release} zeroes at hand-out: {evidence['release']} reuse(s) zeroed right after the close "
+                          f"and idle until the next connection; expected none at release")
+        if not evidence["hand-out"]:
+            errors.append(f"kernel {release} zeroes at hand-out: no reuse shows it (every next connection came too soon?)")
     elif expected == "stale":
         if stale == 0:
             errors.append(f"kernel {release} ({args.variant}): no stale reuse detected")
