@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The kernel matrix: the two-guest topology with the sequential-connections test on
 # each kernel line, unmodified (VARIANT=stock), then one table: line, kernel release,
-# SMC-D version negotiated on the wire, connections, SMC-D/fallback counts, what the
-# host saw the guest do with released DMBs (release / hand-out / stale) and the median
+# SMC-D version negotiated on the wire, connections, SMC-D/fallback counts, DMB reuses,
+# what the host saw the guest do with released DMBs (release / hand-out / stale) and the median
 # delay from a close to the DMB reading zero. Each run is checked by
 # scripts/check_e2e.py against what its kernel version should do (v5.17+: zeroing at
 # release; older: at hand-out).

@@ -10,7 +10,7 @@ import sys
 
 
 def main(argv):
-    head = ("line", "kernel", "SMC-D", "conns", "SMC-D", "fallback", "zeroing", "expected", "median ms", "result")
+    head = ("line", "kernel", "SMC-D ver", "conns", "SMC-D", "fallback", "reuses", "zeroing", "expected", "median ms", "result")
     rows, failed = [], []
     for arg in argv:
         line, status, path = arg.split("=", 2)
@@ -25,16 +25,16 @@ def main(argv):
         med = r.get("median_zero_ms")
         rows.append((
             line, r.get("release", "?"), r.get("smcd_version", "?"), str(r.get("conns", "?")),
-            str(r.get("smcd", "?")), str(r.get("fallback", "?")), r.get("verdict", "?"),
+            str(r.get("smcd", "?")), str(r.get("fallback", "?")), str(r.get("reuses", "?")), r.get("verdict", "?"),
             r.get("expected", "?"), f"{med:.1f}" if isinstance(med, (int, float)) else "-",
             "ok" if ok else "FAIL",
         ))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     print()
-    print(fmt.format(*head))
+    print(fmt.format(*head).rstrip())
     for r in rows:
-        print(fmt.format(*r))
+        print(fmt.format(*r).rstrip())
     print()
     if failed:
         print(f"matrix: {len(rows)} line(s), failed: {' '.join(failed)}")
