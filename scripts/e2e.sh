@@ -19,6 +19,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
+need_packages guests   # python3: check_e2e.py
 E2E_DIR="${E2E_DIR:-$BUILD_DIR/e2e}"
 TESTS="${TESTS:-echo stream seq concurrent}"
 topologies=("$@")

@@ -14,6 +14,7 @@
 # Needs `make images-all emulator`. Exit status 1 if any line failed.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+need_packages guests   # python3: check_e2e.py, matrix_table.py
 MATRIX_DIR="${MATRIX_DIR:-$BUILD_DIR/matrix}"
 export TESTS="${TESTS:-seq}"
 lines=("$@")
