@@ -27,8 +27,9 @@ import re
 import struct
 import sys
 
-# A zeroing seen within this time after the close counts as "at release". The suite's
-# seq test pauses 1.5 s between connections, so zeroing at hand-out comes much later.
+# A zeroing seen within this time after the close counts as "at release" (see
+# reuse_evidence). The suite's seq test pauses 1.5 s between connections, so zeroing at
+# hand-out comes much later.
 RELEASE_WINDOW_MS = 750.0
 
 # The seed commit (release-time zeroing) is first in v5.17.
@@ -129,6 +130,8 @@ def pcap_tcp_payloads(path):
             continue
         total = struct.unpack(">H", ip[2:4])[0]
         tcp = ip[ihl:total]
+        if len(tcp) < 20:
+            continue
         doff = (tcp[12] >> 4) * 4
         payload = tcp[doff:]
         if payload:
@@ -326,7 +329,11 @@ def main():
     if expected != "?" and verdict != expected and not errors:
         errors.append(f"the host's view says {verdict}, kernel {release} ({args.variant}) should show {expected}")
 
-    clc = clc_versions(args.run_dir)
+    try:
+        clc = clc_versions(args.run_dir)
+    except (OSError, ValueError) as e:
+        errors.append(f"cannot read the network capture: {e}")
+        clc = {}
     version = version_label(clc)
     smcd_conns = sum(int(f.get("smcd", 0)) for _, f in rows if f.get("side") == "client")
     fallbacks = sum(int(f.get("fallback", 0)) for _, f in rows if f.get("side") == "client")
