@@ -253,3 +253,23 @@ fn failed_posted_move_is_answered_with_an_error_reply() {
     assert!(a.client.recv_reply(id).unwrap().is_err());
     still_working(&mut a, &mut b);
 }
+
+#[test]
+fn reg_ieq_at_the_top_of_the_iova_space_is_refused_not_wrapped() {
+    let m = Machine::start(2);
+    let mut a = m.guest(0);
+    let mut b = m.guest(1);
+    let top = wire::RegIeqRequest::new(0xffff_ffff_ffff_fff8.into(), 512.into());
+    assert_eq!(a.command(&top).ret, 0x0004);
+    still_working(&mut a, &mut b);
+}
+
+#[test]
+fn reg_ieq_needs_the_whole_512_byte_queue_mapped() {
+    let m = Machine::start(1);
+    let mut g = m.guest(0);
+    // The last 256 bytes of the mapped pages: the header fits, the entries do not.
+    let end = IOVA_BASE + (SBA_PAGE + 2) * PAGE - 256;
+    let short = wire::RegIeqRequest::new(end.into(), 512.into());
+    assert_eq!(g.command(&short).ret, 0x0004);
+}

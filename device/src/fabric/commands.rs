@@ -43,8 +43,12 @@ impl Fabric {
                 if len < IEQ_LEN {
                     return Err(CommandError::BadArgument("IEQ shorter than 15 entries"));
                 }
-                let ieq = Ieq::register(&f.dma, iova)
-                    .map_err(|_| CommandError::Unmapped { iova, len: IEQ_LEN })?;
+                // The whole queue, not just the header: the entries are written later.
+                let unmapped = CommandError::Unmapped { iova, len: IEQ_LEN };
+                if !f.dma.is_mapped(iova, IEQ_LEN) {
+                    return Err(unmapped);
+                }
+                let ieq = Ieq::register(&f.dma, iova).map_err(|_| unmapped)?;
                 f.ieq = Some(ieq);
                 Ok(Response::Empty)
             }
