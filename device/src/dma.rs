@@ -38,6 +38,8 @@ pub enum DmaError {
     BadRange { iova: u64, size: u64 },
     #[error("cannot map the guest memory file")]
     Mmap(#[source] vm_memory::mmap::MmapRegionError),
+    #[error("more than {0} separate DMA mappings")]
+    TooManyRuns(usize),
     #[error("IOVA {iova:#x} (+{len:#x}) is not mapped")]
     Unmapped { iova: u64, len: u64 },
 }
@@ -63,6 +65,125 @@ struct Run {
     backing: Arc<Backing>,
     file_offset: u64,
 }
+
+/// A snapshot of `[iova, iova + len)`: the pieces of guest memory it mapped to when it
+/// was taken, kept alive by their backings. Reading it needs no lock; if the guest
+/// unmaps or remaps meanwhile, the view still reads the memory it was taken of (never
+/// freed memory, never outside it).
+pub struct DmaView {
+    pieces: Vec<(Arc<Backing>, u64, u64)>,
+    len: u64,
+}
+
+/// What a scan of a view found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// Every byte of the scanned range is zero.
+    Zero,
+    /// The first nonzero byte, as an offset into the view.
+    Dirty(u64),
+}
+
+impl DmaView {
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Calls `f(slice)` for each piece of `[offset, offset + len)` of the view, in order.
+    fn for_each(
+        &self,
+        offset: u64,
+        len: u64,
+        mut f: impl FnMut(VolatileSlice<'_, BS<'_, ()>>) -> bool,
+    ) -> Result<()> {
+        let out_of_view = || DmaError::Unmapped { iova: offset, len };
+        let end = offset.checked_add(len).ok_or_else(out_of_view)?;
+        if end > self.len {
+            return Err(out_of_view());
+        }
+        let mut piece_start = 0u64;
+        for (backing, file_offset, piece_len) in &self.pieces {
+            let piece_end = piece_start + piece_len;
+            let from = offset.max(piece_start);
+            let to = end.min(piece_end);
+            if from < to {
+                let n = usize::try_from(to - from).map_err(|_| out_of_view())?;
+                let slice = backing
+                    .slice(file_offset + (from - piece_start), n)
+                    .ok_or_else(out_of_view)?;
+                if !f(slice) {
+                    break;
+                }
+            }
+            piece_start = piece_end;
+        }
+        Ok(())
+    }
+
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let mut pos = 0usize;
+        self.for_each(offset, buf.len() as u64, |slice| {
+            let n = slice.len();
+            slice.copy_to(&mut buf[pos..pos + n]);
+            pos += n;
+            true
+        })
+    }
+
+    /// Scans `[offset, offset + len)` page by page for a nonzero byte, stopping there.
+    pub fn scan(&self, offset: u64, len: u64) -> Result<Scan> {
+        let mut page = [0u8; 4096];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(page.len() as u64) as usize;
+            self.read(offset + done, &mut page[..n])?;
+            // An OR over the page vectorises; the position is needed only once.
+            if page[..n].iter().fold(0u8, |acc, &b| acc | b) != 0 {
+                let at = page[..n].iter().position(|&b| b != 0).unwrap_or(0);
+                return Ok(Scan::Dirty(offset + done + at as u64));
+            }
+            done += n as u64;
+        }
+        Ok(Scan::Zero)
+    }
+
+    /// How many bytes of the whole view are nonzero, and the first of them.
+    pub fn nonzero(&self) -> Result<(u64, Option<u64>)> {
+        let mut page = [0u8; 4096];
+        let (mut count, mut first) = (0u64, None);
+        let mut done = 0u64;
+        while done < self.len {
+            let n = (self.len - done).min(page.len() as u64) as usize;
+            self.read(done, &mut page[..n])?;
+            if page[..n].iter().fold(0u8, |acc, &b| acc | b) != 0 {
+                let dirty = page[..n].iter().filter(|&&b| b != 0).count() as u64;
+                if first.is_none() {
+                    let at = page[..n].iter().position(|&b| b != 0).unwrap_or(0);
+                    first = Some(done + at as u64);
+                }
+                count += dirty;
+            }
+            done += n as u64;
+        }
+        Ok((count, first))
+    }
+}
+
+impl Run {
+    /// Whether `self` starts in the file exactly where `before` ends.
+    fn continues(&self, before: &Run) -> bool {
+        Arc::ptr_eq(&self.backing, &before.backing)
+            && before.file_offset + before.len == self.file_offset
+    }
+}
+
+/// Most IOVA runs one function may have (after merging neighbours): bounds the table a
+/// client can grow with DMA_MAPs of scattered pages.
+pub const MAX_RUNS: usize = 1 << 16;
 
 /// File identity: duplicate fds of one memfd share it.
 type FileKey = (u64, u64);
@@ -110,6 +231,10 @@ impl DmaSpace {
             }
         };
         self.unmap(iova, size);
+        if self.runs.len() >= MAX_RUNS {
+            self.drop_unused_backings();
+            return Err(DmaError::TooManyRuns(MAX_RUNS));
+        }
         self.runs.insert(
             iova,
             Run {
@@ -118,7 +243,39 @@ impl DmaSpace {
                 file_offset: offset,
             },
         );
+        self.merge_at(iova);
         Ok(())
+    }
+
+    /// Joins the run at `iova` with its neighbours where they continue one another in
+    /// the same file: QEMU maps page by page, so a 1 MiB DMB becomes one run, not 256.
+    fn merge_at(&mut self, iova: u64) {
+        let mut start = iova;
+        if let Some((&prev_start, prev)) = self.runs.range(..iova).next_back() {
+            let run = &self.runs[&iova];
+            if prev_start + prev.len == iova && run.continues(prev) {
+                let len = run.len;
+                self.runs.remove(&iova);
+                if let Some(prev) = self.runs.get_mut(&prev_start) {
+                    prev.len += len;
+                }
+                start = prev_start;
+            }
+        }
+        let Some(end) = self.runs.get(&start).map(|run| start + run.len) else {
+            return;
+        };
+        let joins = match (self.runs.get(&end), self.runs.get(&start)) {
+            (Some(next), Some(run)) => next.continues(run),
+            _ => false,
+        };
+        if joins {
+            if let Some(next) = self.runs.remove(&end) {
+                if let Some(run) = self.runs.get_mut(&start) {
+                    run.len += next.len;
+                }
+            }
+        }
     }
 
     /// Removes every mapping inside `[iova, iova + size)`, splitting runs that straddle
@@ -170,6 +327,15 @@ impl DmaSpace {
         self.runs.values().map(|run| run.len).sum()
     }
 
+    /// A snapshot of `[iova, iova + len)` to read without holding whatever guards `self`.
+    pub fn view(&self, iova: u64, len: u64) -> Result<DmaView> {
+        let mut pieces = Vec::with_capacity(1);
+        self.for_each_run(iova, len, |backing, offset, n| {
+            pieces.push((Arc::clone(backing), offset, n));
+        })?;
+        Ok(DmaView { pieces, len })
+    }
+
     /// True when every byte of `[iova, iova + len)` is mapped.
     pub fn is_mapped(&self, iova: u64, len: u64) -> bool {
         self.for_each_segment(iova, len, |_, _| Ok(())).is_ok()
@@ -189,22 +355,6 @@ impl DmaSpace {
             slice.copy_to(&mut buf[pos..pos + n]);
             Ok(())
         })
-    }
-
-    /// The offset of the first nonzero byte in `[iova, iova + len)`, reading page by page
-    /// and stopping there (the zeroing watcher calls this often on large DMBs).
-    pub fn first_nonzero(&self, iova: u64, len: u64) -> Result<Option<u64>> {
-        let mut page = [0u8; 4096];
-        let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(page.len() as u64) as usize;
-            self.read(iova + done, &mut page[..n])?;
-            if let Some(at) = page[..n].iter().position(|&b| b != 0) {
-                return Ok(Some(done + at as u64));
-            }
-            done += n as u64;
-        }
-        Ok(None)
     }
 
     pub fn write_u64_be(&self, iova: u64, value: u64) -> Result<()> {
@@ -247,8 +397,30 @@ impl DmaSpace {
             return Ok(());
         }
         let unmapped = || DmaError::Unmapped { iova, len };
-        iova.checked_add(len).ok_or_else(unmapped)?;
         let mut pieces = Vec::with_capacity(1);
+        self.for_each_run(iova, len, |backing, offset, n| {
+            pieces.push((backing, offset, n))
+        })?;
+        let mut pos = 0usize;
+        for (backing, offset, n) in pieces {
+            let n = usize::try_from(n).map_err(|_| unmapped())?;
+            let slice = backing.slice(offset, n).ok_or_else(unmapped)?;
+            f(slice, pos)?;
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Calls `f(backing, file offset, length)` for each run piece of `[iova, iova + len)`
+    /// after checking the range does not wrap; fails at the first unmapped byte.
+    fn for_each_run<'a>(
+        &'a self,
+        iova: u64,
+        len: u64,
+        mut f: impl FnMut(&'a Arc<Backing>, u64, u64),
+    ) -> Result<()> {
+        let unmapped = || DmaError::Unmapped { iova, len };
+        iova.checked_add(len).ok_or_else(unmapped)?;
         let (mut cursor, mut left) = (iova, len);
         while left > 0 {
             let (start, run) = self
@@ -261,16 +433,9 @@ impl DmaSpace {
                 return Err(unmapped());
             }
             let n = left.min(run.len - within);
-            pieces.push((&run.backing, run.file_offset + within, n));
+            f(&run.backing, run.file_offset + within, n);
             cursor += n;
             left -= n;
-        }
-        let mut pos = 0usize;
-        for (backing, offset, n) in pieces {
-            let n = usize::try_from(n).map_err(|_| unmapped())?;
-            let slice = backing.slice(offset, n).ok_or_else(unmapped)?;
-            f(slice, pos)?;
-            pos += n;
         }
         Ok(())
     }
@@ -309,6 +474,56 @@ mod tests {
                 .unwrap();
         }
         space
+    }
+
+    #[test]
+    fn page_by_page_maps_of_contiguous_file_bytes_merge_into_one_run() {
+        let ram = GuestRam::new(16 * PAGE).unwrap();
+        let mut space = space_with_pages(&ram, 0x1_0000_0000, 8);
+        assert_eq!(space.runs.len(), 1);
+        // Out of order: the gap closes and all three join.
+        space.unmap(0x1_0000_0000 + 3 * PAGE, PAGE);
+        assert_eq!(space.runs.len(), 2);
+        let file = Some(ram.dup_file().unwrap());
+        space
+            .map(0x1_0000_0000 + 3 * PAGE, PAGE, file, 3 * PAGE)
+            .unwrap();
+        assert_eq!(space.runs.len(), 1);
+        // Not contiguous in the file: separate runs.
+        let file = Some(ram.dup_file().unwrap());
+        space.map(0x1_0000_0000 + 8 * PAGE, PAGE, file, 0).unwrap();
+        assert_eq!(space.runs.len(), 2);
+    }
+
+    #[test]
+    fn the_run_table_is_capped() {
+        let ram = GuestRam::new(2 * PAGE).unwrap();
+        let mut space = DmaSpace::new();
+        let mut refused = None;
+        // Every other page of the IOVA space, from file offset 0: nothing merges.
+        for i in 0..=MAX_RUNS as u64 {
+            let file = Some(ram.dup_file().unwrap());
+            if let Err(e) = space.map(i * 2 * PAGE, PAGE, file, 0) {
+                refused = Some((i, e));
+                break;
+            }
+        }
+        let (at, err) = refused.expect("no cap");
+        assert_eq!(at, MAX_RUNS as u64);
+        assert!(matches!(err, DmaError::TooManyRuns(_)), "{err:?}");
+    }
+
+    #[test]
+    fn a_view_reads_the_memory_it_was_taken_of_after_an_unmap() {
+        let ram = GuestRam::new(4 * PAGE).unwrap();
+        let mut space = space_with_pages(&ram, 0x1_0000_0000, 4);
+        ram.write(3 * PAGE + 10, &[7]).unwrap();
+        let view = space.view(0x1_0000_0000 + 2 * PAGE, 2 * PAGE).unwrap();
+        space.clear();
+        assert_eq!(view.scan(0, 2 * PAGE).unwrap(), Scan::Dirty(PAGE + 10));
+        assert_eq!(view.scan(0, PAGE).unwrap(), Scan::Zero);
+        assert_eq!(view.nonzero().unwrap(), (1, Some(PAGE + 10)));
+        assert!(view.read(PAGE, &mut [0; 4097]).is_err(), "past the view");
     }
 
     #[test]
@@ -375,18 +590,6 @@ mod tests {
         let mut space = DmaSpace::new();
         let err = space.map(u64::MAX - 10, PAGE, Some(ram.dup_file().unwrap()), 0);
         assert!(matches!(err, Err(DmaError::BadRange { .. })));
-    }
-
-    #[test]
-    fn first_nonzero_finds_the_first_dirty_byte_across_pages() {
-        let ram = GuestRam::new(16 * PAGE).unwrap();
-        let space = space_with_pages(&ram, 0x1_0000_0000, 4);
-        assert_eq!(space.first_nonzero(0x1_0000_0000, 4 * PAGE).unwrap(), None);
-        ram.write(2 * PAGE + 5, &[1]).unwrap();
-        assert_eq!(
-            space.first_nonzero(0x1_0000_0000, 4 * PAGE).unwrap(),
-            Some(2 * PAGE + 5)
-        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Running the emulator: one vfio-user server thread per function socket, and a main
-//! event loop (event-manager) for the control socket, the zeroing watcher and shutdown.
+//! Running the emulator: one vfio-user server thread per function socket, the zeroing
+//! watcher's thread, and a main event loop (event-manager) for the control socket and
+//! shutdown.
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -9,7 +10,6 @@ use std::time::Duration;
 
 use event_manager::{EventManager, EventOps, Events, MutEventSubscriber, SubscriberOps};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::timerfd::TimerFd;
 
 use crate::backend::IsmBackend;
 use crate::control::Control;
@@ -87,28 +87,22 @@ impl MutEventSubscriber for ControlSubscriber {
     }
 }
 
-/// Looks at closed connections' DMBs for the guest's zeroing.
-struct ZeroWatcher {
-    fabric: Arc<Fabric>,
-    timer: TimerFd,
-}
-
-impl MutEventSubscriber for ZeroWatcher {
-    fn process(&mut self, _events: Events, _ops: &mut EventOps) {
-        let _ = self.timer.wait();
-        self.fabric.poll_zeroing();
-    }
-    fn init(&mut self, ops: &mut EventOps) {
-        if let Err(e) = self
-            .timer
-            .reset(ZERO_POLL_INTERVAL, Some(ZERO_POLL_INTERVAL))
-        {
-            log::error!("zeroing watcher timer: {e}");
-        }
-        if let Err(e) = ops.add(Events::new(&self.timer, EventSet::IN)) {
-            log::error!("zeroing watcher not watched: {e:?}");
-        }
-    }
+/// Starts the zeroing watcher: a thread that sleeps until a DMB's connection closes, then
+/// looks every `ZERO_POLL_INTERVAL` until nothing is watched any more. An idle emulator
+/// wakes up for nothing.
+pub fn spawn_zero_watcher(fabric: Arc<Fabric>, observer: &Observer) -> Result<(), ServeError> {
+    let wake = observer.zero_wakeups();
+    std::thread::Builder::new()
+        .name("zero-watch".into())
+        .spawn(move || {
+            while wake.recv().is_ok() {
+                while fabric.poll_zeroing() > 0 {
+                    std::thread::sleep(ZERO_POLL_INTERVAL);
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(ServeError::EventLoop)
 }
 
 /// Turns SIGINT/SIGTERM into a readable socket for the event loop.
@@ -144,6 +138,10 @@ pub fn run(
         log::info!("{name}: gid {gid:#018x} listening on {}", path.display());
     }
 
+    if let Err(e) = spawn_zero_watcher(Arc::clone(&fabric), &observer) {
+        cleanup(sockets, control_path);
+        return Err(e);
+    }
     let mut manager =
         EventManager::<Arc<Mutex<dyn MutEventSubscriber + Send>>>::new().map_err(|e| {
             cleanup(sockets, control_path);
@@ -172,11 +170,6 @@ pub fn run(
         })));
         log::info!("control socket at {}", path.display());
     }
-    let timer = TimerFd::new().map_err(|e| ServeError::EventLoop(e.into()))?;
-    manager.add_subscriber(Arc::new(Mutex::new(ZeroWatcher {
-        fabric: Arc::clone(&fabric),
-        timer,
-    })));
 
     let (rx, tx) = UnixStream::pair().map_err(ServeError::EventLoop)?;
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -189,8 +182,9 @@ pub fn run(
         requested: Arc::clone(&requested),
     })));
 
+    // No timeout: the loop wakes only for a control client or a signal.
     while !requested.load(Ordering::SeqCst) {
-        if let Err(e) = manager.run_with_timeout(1000) {
+        if let Err(e) = manager.run() {
             log::warn!("event loop: {e:?}");
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -164,3 +164,33 @@ fn observe_without_emulator_says_how_to_start_one() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is `ism-emu serve --control"));
 }
+
+/// Context switches of every thread of process `pid` so far.
+fn context_switches(pid: u32) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status =
+            std::fs::read_to_string(task.unwrap().path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if let Some(n) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                total += n.trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn an_idle_emulator_does_not_wake_up() {
+    let dir = tempdir();
+    let child = serve(dir.as_path());
+    assert!(wait_for(&dir.as_path().join("ctl")));
+    std::thread::sleep(Duration::from_millis(300));
+    let before = context_switches(child.0.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let woke = context_switches(child.0.id()) - before;
+    assert!(woke <= 2, "{woke} wake-ups in 1 s with no guest attached");
+}

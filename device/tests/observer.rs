@@ -26,7 +26,9 @@ fn connection(peer: &mut Guest, dmb: &Dmb, payload: &[u8]) {
     peer.move_data(dmb.token, 0, &cdc(CLOSED), true).unwrap();
 }
 
-fn kinds(rx: &Receiver<String>) -> Vec<Value> {
+/// The events so far (after the writer thread sent them all).
+fn kinds(m: &Machine, rx: &Receiver<String>) -> Vec<Value> {
+    m.observer.sync();
     rx.try_iter()
         .map(|l| serde_json::from_str(&l).unwrap())
         .collect()
@@ -63,7 +65,7 @@ fn scene() -> Scene {
 fn registration_and_connection_events_carry_token_and_gids() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"hello");
-    let ev = kinds(&s.events);
+    let ev = kinds(&s.m, &s.events);
     let reg = of_kind(&ev, "dmb_registered");
     assert_eq!(reg.len(), 1);
     assert_eq!(reg[0]["token"], format!("{:#x}", s.dmb.token));
@@ -80,7 +82,7 @@ fn zeroing_after_close_is_reported_then_reuse_is_clean() {
     connection(&mut s.peer, &s.dmb, b"first connection");
     s.m.fabric.poll_zeroing();
     assert!(
-        of_kind(&kinds(&s.events), "dmb_zeroed").is_empty(),
+        of_kind(&kinds(&s.m, &s.events), "dmb_zeroed").is_empty(),
         "not zero yet"
     );
     // The owner's kernel releases the connection: zeroes the whole DMB.
@@ -90,7 +92,7 @@ fn zeroing_after_close_is_reported_then_reuse_is_clean() {
         .unwrap();
     s.m.fabric.poll_zeroing();
     connection(&mut s.peer, &s.dmb, b"second");
-    let ev = kinds(&s.events);
+    let ev = kinds(&s.m, &s.events);
     assert_eq!(of_kind(&ev, "dmb_zeroed").len(), 1);
     let reuse = of_kind(&ev, "dmb_reused");
     assert_eq!(reuse.len(), 1);
@@ -104,7 +106,7 @@ fn reuse_without_zeroing_is_stale_with_count_and_first_offset() {
     connection(&mut s.peer, &s.dmb, b"secret");
     s.m.fabric.poll_zeroing();
     connection(&mut s.peer, &s.dmb, b"next");
-    let ev = kinds(&s.events);
+    let ev = kinds(&s.m, &s.events);
     let reuse = of_kind(&ev, "dmb_reused");
     assert_eq!(reuse.len(), 1);
     assert_eq!(reuse[0]["clean"], false);
@@ -155,7 +157,7 @@ fn unregistration_reports_the_connections_the_dmb_carried() {
         .unwrap();
     connection(&mut s.peer, &s.dmb, b"y");
     assert!(s.owner.unreg_dmb(s.dmb.token).ok());
-    let ev = kinds(&s.events);
+    let ev = kinds(&s.m, &s.events);
     let unreg = of_kind(&ev, "dmb_unregistered");
     assert_eq!(unreg.len(), 1);
     assert_eq!(unreg[0]["connections"], 2);

@@ -169,6 +169,18 @@ impl Fabric {
         {
             return Err(CommandError::SbaIndexInUse(req.sba_idx));
         }
+        // `is_mapped` checked that the range does not wrap. Overlapping DMBs would let a
+        // guest multiply the memory the observer watches without having it.
+        let end = req.iova + u64::from(req.len);
+        if st
+            .dmbs
+            .values()
+            .any(|d| d.owner == id && d.iova < end && req.iova < d.iova + u64::from(d.len))
+        {
+            return Err(CommandError::BadArgument(
+                "DMB overlaps another DMB of this function",
+            ));
+        }
         // Tokens rotate through the whole space so that a freed token is not handed out
         // again at once: a late move to an old token then fails instead of corrupting.
         let mut index = None;
@@ -207,7 +219,7 @@ impl Fabric {
 #[cfg(test)]
 mod tests {
     use super::super::rig::{Rig, BASE, RAM_SIZE};
-    use crate::ism::command::{Command, CommandError, Response};
+    use crate::ism::command::{Command, CommandError, DmbRequest, Response};
     use crate::ism::status::EventType;
     use crate::ism::wire::MAX_VLAN_IDS;
 
@@ -244,6 +256,30 @@ mod tests {
         let sba_idx = 32 + (RAM_SIZE / 0x1_0000) as u32;
         let err = rig.try_reg_dmb(0, 7, 16384, sba_idx).unwrap_err();
         assert!(matches!(err, CommandError::Unmapped { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_dmb_overlapping_another_of_the_same_function_is_refused() {
+        let rig = Rig::new(2);
+        rig.reg_dmb(0, 7, 32);
+        let overlapping = |sba_idx| DmbRequest {
+            iova: BASE + Rig::dmb_offset(32) + 16383,
+            len: 4096,
+            sba_idx,
+            vlan_valid: 0,
+            vlan_id: 0,
+            rgid: 7,
+        };
+        let err = rig.fabric.execute(0, Command::RegDmb(overlapping(33)));
+        assert!(matches!(err, Err(CommandError::BadArgument(_))), "{err:?}");
+        let other = rig.fabric.execute(1, Command::RegDmb(overlapping(33)));
+        assert!(other.is_ok(), "another function's memory: {other:?}");
+        let mut after = overlapping(34);
+        after.iova += 1;
+        assert!(
+            rig.fabric.execute(0, Command::RegDmb(after)).is_ok(),
+            "adjacent"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::interrupts::{Interrupts, IrqError};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::observer::report::{Counters, FunctionView};
 use crate::observer::EventSink;
+use crate::ratelimit::Budget;
 
 pub use moves::MoveError;
 
@@ -34,7 +35,14 @@ pub struct FunctionState {
     pub vlans: BTreeSet<u64>,
     pub vlan_required: bool,
     pub counters: Counters,
+    /// Bytes of DMBs this function's moves may have read for reuse checks.
+    pub reuse_reads: Budget,
 }
+
+/// Reuse checks read at most this many bytes per second per sending function (a burst of
+/// `REUSE_READ_BURST`); beyond it a reuse is reported unchecked, not read.
+pub const REUSE_READ_RATE: u64 = 64 << 20;
+pub const REUSE_READ_BURST: u64 = 16 << 20;
 
 impl FunctionState {
     fn new(name: String, gid: u64) -> Self {
@@ -49,6 +57,7 @@ impl FunctionState {
             vlans: BTreeSet::new(),
             vlan_required: false,
             counters: Counters::default(),
+            reuse_reads: Budget::new(REUSE_READ_RATE, REUSE_READ_BURST),
         }
     }
 

@@ -1,7 +1,9 @@
 //! The host's view of what the guests do with their DMBs.
 //!
 //! The fabric reports to it through [`EventSink`] (under the fabric's lock) when functions
-//! and DMBs come and go and around every data move. From the SMC-D CDC messages that a peer writes at DMB offset 0 the observer
+//! and DMBs come and go and after every data move; the hooks are short (no guest memory
+//! is read under the lock, events go to a writer thread). From the SMC-D CDC messages that
+//! a peer writes at DMB offset 0 the observer
 //! recognises connections; from reading the owner's memory it sees whether the guest
 //! zeroed a DMB after a connection released it, and whether a reused DMB was clean. It only
 //! ever *reads* guest memory.
@@ -15,16 +17,16 @@ pub mod report;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::dma::DmaSpace;
 use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
-pub use dmb_life::{DmbLife, DmbSummary};
+pub use dmb_life::{DmbLife, DmbSummary, ReuseCheck, ZeroScan, ZeroWatch};
 use json::{hex, hex_opt};
 
 /// One line of the event stream: which function (and DMB) it is about, and what happened.
@@ -76,13 +78,22 @@ pub enum What {
     },
     DmbReused {
         conn: u64,
-        clean: bool,
+        /// None: the DMB could not be read before the move (see `unknown`).
+        clean: Option<bool>,
         stale_bytes: u64,
         first_stale_offset: Option<u64>,
+        /// Why the reuse was not checked; absent when it was.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        unknown: Option<String>,
     },
     DmbNotZeroed {
         conn: u64,
         watched_ms: f64,
+    },
+    /// Lines the event stream dropped (writer behind or over its rate); `function` is
+    /// `-` and `gid` 0.
+    EventsDropped {
+        count: u64,
     },
 }
 
@@ -118,14 +129,104 @@ pub fn to_json_line(time_us: u64, event: &ObservedEvent) -> String {
     serde_json::to_string(&Line { time_us, event }).unwrap_or_default()
 }
 
-struct Outputs {
+/// The event stream's capacity between the fabric and the writer thread.
+const EVENT_QUEUE: usize = 4096;
+/// At most this many lines per second reach the file and the followers; the rest are
+/// counted in an `events_dropped` line (bounds the file a guest can grow).
+pub const EVENTS_PER_SECOND: u64 = 2000;
+
+enum Output {
+    Line(String),
+    /// Answered once every line queued before it is out.
+    Sync(SyncSender<()>),
+}
+
+/// The writer thread's side: the file and the live followers.
+struct Writer {
     file: Option<BufWriter<File>>,
-    followers: Vec<SyncSender<String>>,
+    followers: Arc<Mutex<Vec<SyncSender<String>>>>,
+    dropped: Arc<AtomicU64>,
+    window: Instant,
+    in_window: u64,
+}
+
+impl Writer {
+    fn run(mut self, rx: Receiver<Output>) {
+        loop {
+            let msg = match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(msg) => msg,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.flush();
+                    match rx.recv() {
+                        Ok(msg) => msg,
+                        Err(_) => return,
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            match msg {
+                Output::Line(line) => self.line(line),
+                Output::Sync(done) => {
+                    self.report_dropped();
+                    self.flush();
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn line(&mut self, line: String) {
+        if self.window.elapsed() >= Duration::from_secs(1) {
+            self.window = Instant::now();
+            self.in_window = 0;
+            self.report_dropped();
+        }
+        if self.in_window >= EVENTS_PER_SECOND {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.in_window += 1;
+        self.report_dropped();
+        self.write(line);
+    }
+
+    fn report_dropped(&mut self) {
+        let count = self.dropped.swap(0, Ordering::Relaxed);
+        if count > 0 {
+            let event = ObservedEvent::function("-", 0, What::EventsDropped { count });
+            self.write(to_json_line(now_us(), &event));
+        }
+    }
+
+    fn write(&mut self, line: String) {
+        if let Some(file) = self.file.as_mut() {
+            if writeln!(file, "{line}").is_err() {
+                log::warn!("event file write failed; no longer writing events to it");
+                self.file = None;
+            }
+        }
+        let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+        followers.retain(|tx| match tx.try_send(line.clone()) {
+            Ok(()) | Err(TrySendError::Full(_)) => true,
+            Err(TrySendError::Disconnected(_)) => false,
+        });
+    }
+
+    fn flush(&mut self) {
+        if let Some(file) = self.file.as_mut() {
+            let _ = file.flush();
+        }
+    }
 }
 
 pub struct Observer {
-    outputs: Mutex<Outputs>,
+    /// To the writer thread: the fabric's lock never waits for a file or a socket.
+    out: SyncSender<Output>,
+    dropped: Arc<AtomicU64>,
+    followers: Arc<Mutex<Vec<SyncSender<String>>>>,
     pub(crate) life: Mutex<dmb_life::Tracker>,
+    /// Woken when a DMB closes, so the zeroing watcher sleeps while nothing is watched.
+    zero_wake: Mutex<Option<SyncSender<()>>>,
 }
 
 impl Default for Observer {
@@ -135,43 +236,45 @@ impl Default for Observer {
 }
 
 impl Observer {
+    /// An observer writing events to `file` (if any) from its own thread.
     pub fn new(file: Option<File>) -> Self {
-        Self {
-            outputs: Mutex::new(Outputs {
-                file: file.map(BufWriter::new),
-                followers: Vec::new(),
-            }),
-            life: Mutex::new(dmb_life::Tracker::default()),
+        let (out, rx) = sync_channel(EVENT_QUEUE);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let followers = Arc::new(Mutex::new(Vec::new()));
+        let writer = Writer {
+            file: file.map(BufWriter::new),
+            followers: Arc::clone(&followers),
+            dropped: Arc::clone(&dropped),
+            window: Instant::now(),
+            in_window: 0,
+        };
+        let spawned = std::thread::Builder::new()
+            .name("events".into())
+            .spawn(move || writer.run(rx));
+        if let Err(e) = spawned {
+            log::error!("event writer thread: {e}; events are not written");
         }
-    }
-
-    fn outputs(&self) -> std::sync::MutexGuard<'_, Outputs> {
-        self.outputs.lock().unwrap_or_else(|p| p.into_inner())
+        Self {
+            out,
+            dropped,
+            followers,
+            life: Mutex::new(dmb_life::Tracker::default()),
+            zero_wake: Mutex::new(None),
+        }
     }
 
     pub(crate) fn tracker(&self) -> std::sync::MutexGuard<'_, dmb_life::Tracker> {
         self.life.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Publishes an event. Never blocks on a follower: a slow one loses lines, and the
-    /// gap is its problem, not the guests'.
+    /// Publishes an event. Never blocks: when the writer is behind, the line is counted
+    /// as dropped and an `events_dropped` line says how many.
     pub fn emit(&self, event: ObservedEvent) {
         let line = to_json_line(now_us(), &event);
         log::debug!("event {line}");
-        let mut out = self.outputs();
-        if let Some(file) = out.file.as_mut() {
-            if writeln!(file, "{line}")
-                .and_then(|()| file.flush())
-                .is_err()
-            {
-                log::warn!("event file write failed; no longer writing events to it");
-                out.file = None;
-            }
+        if let Err(TrySendError::Full(_)) = self.out.try_send(Output::Line(line)) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        out.followers.retain(|tx| match tx.try_send(line.clone()) {
-            Ok(()) | Err(TrySendError::Full(_)) => true,
-            Err(TrySendError::Disconnected(_)) => false,
-        });
     }
 
     pub fn emit_all(&self, events: impl IntoIterator<Item = ObservedEvent>) {
@@ -180,10 +283,28 @@ impl Observer {
         }
     }
 
+    /// Waits until every event emitted so far is written and sent to the followers.
+    pub fn sync(&self) {
+        let (done, wait) = sync_channel(1);
+        if self.out.send(Output::Sync(done)).is_ok() {
+            let _ = wait.recv();
+        }
+    }
+
     /// A live feed of every event from now on.
     pub fn follow(&self) -> Receiver<String> {
         let (tx, rx) = sync_channel(4096);
-        self.outputs().followers.push(tx);
+        self.followers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tx);
+        rx
+    }
+
+    /// Wake-ups for the zeroing watcher: one whenever a DMB's connection closes.
+    pub fn zero_wakeups(&self) -> Receiver<()> {
+        let (tx, rx) = sync_channel(1);
+        *self.zero_wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
         rx
     }
 
@@ -199,13 +320,17 @@ pub trait EventSink: Send + Sync {
     fn function_detached(&self, function: &str, gid: u64, reason: &str);
     fn dmb_registered(&self, dmb: &Dmb, function: &str);
     fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str);
-    /// A move into `dmb` is about to be applied; `mem` is the owner's memory without it.
-    fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]);
-    /// The move has been applied.
-    fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]);
-    /// Checks closed connections' DMBs for zeroing. Called periodically by the watcher;
-    /// `is_zero(token)` tells whether that DMB is all zero now (None: unreadable).
-    fn poll_zeroing(&self, is_zero: &dyn Fn(u64) -> Option<bool>);
+    /// Whether this move would start a new connection on a closed DMB. If so, the fabric
+    /// reads the DMB before applying the move (outside its lock) and passes the result
+    /// to `moved`.
+    fn wants_reuse_check(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> bool;
+    /// A move has been applied (rejected moves are not reported). `reuse` is the DMB's
+    /// content before it, when `wants_reuse_check` asked for it.
+    fn moved(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8], reuse: Option<ReuseCheck>);
+    /// The closed DMBs to look at for zeroing, the longest-unlooked-at first.
+    fn zero_watch(&self) -> Vec<ZeroWatch>;
+    /// What the watcher found; returns how many DMBs are still watched.
+    fn zero_scanned(&self, results: &[(u64, ZeroScan)]) -> usize;
 }
 
 impl EventSink for Observer {
@@ -239,24 +364,39 @@ impl EventSink for Observer {
         self.emit_all(events);
     }
 
-    fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
-        let events = self.tracker().before_move(dmb, mem, addr, data);
-        self.emit_all(events);
+    fn wants_reuse_check(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> bool {
+        self.tracker().wants_reuse_check(dmb, addr, data)
     }
 
-    fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) {
-        let events = self.tracker().after_move(dmb, addr, data);
+    fn moved(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8], reuse: Option<ReuseCheck>) {
+        let events = self.tracker().moved(dmb, addr, data, reuse);
+        let closed = events
+            .iter()
+            .any(|e| matches!(e.what, What::ConnClosed { .. }));
         self.emit_all(events);
+        if closed {
+            if let Some(wake) = &*self.zero_wake.lock().unwrap_or_else(|p| p.into_inner()) {
+                let _ = wake.try_send(());
+            }
+        }
     }
 
-    fn poll_zeroing(&self, is_zero: &dyn Fn(u64) -> Option<bool>) {
-        let events = self.tracker().poll_zeroing(is_zero);
+    fn zero_watch(&self) -> Vec<ZeroWatch> {
+        self.tracker().zero_watch()
+    }
+
+    fn zero_scanned(&self, results: &[(u64, ZeroScan)]) -> usize {
+        let (events, pending) = self.tracker().zero_scanned(results);
         self.emit_all(events);
+        pending
     }
 }
 
-/// How often the zeroing watcher looks at DMBs whose connection closed.
+/// How often the zeroing watcher looks at DMBs whose connection closed (while any is
+/// watched; it sleeps otherwise).
 pub const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// Bytes of one function's DMBs the watcher reads per tick; the rest waits for the next.
+pub const ZERO_SCAN_BUDGET: u64 = 1 << 20;
 /// How long after a close the watcher keeps looking before it reports `dmb_not_zeroed`
 /// (bounds the work a guest that never zeroes can cause).
 pub const ZERO_WATCH_LIMIT: Duration = Duration::from_secs(10);

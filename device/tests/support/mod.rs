@@ -60,10 +60,15 @@ impl Machine {
 
     /// A guest on function `i` that has not probed yet.
     pub fn connect(&self, i: usize) -> Guest {
+        self.connect_with_ram(i, RAM_SIZE)
+    }
+
+    /// The same with `ram_size` bytes of guest RAM.
+    pub fn connect_with_ram(&self, i: usize, ram_size: u64) -> Guest {
         let client = Client::connect(&self.sockets[i]).unwrap();
         Guest {
             client,
-            ram: GuestRam::new(RAM_SIZE).unwrap(),
+            ram: GuestRam::new(ram_size).unwrap(),
             msi: None,
             next_dmb_page: 16,
             next_sba_idx: 32,
