@@ -114,9 +114,17 @@ impl IsmBackend {
     }
 }
 
+/// The largest region access a client may ask for: a PCISTB block. The vfio_user crate
+/// has already allocated `count` bytes (it checks only the region index); refusing here
+/// at least keeps the buffer from being touched, and the answer small.
+const MAX_ACCESS: usize = MAX_MOVE_LEN;
+
 impl ServerBackend for IsmBackend {
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
         self.ensure_attached();
+        if data.len() > MAX_ACCESS {
+            return Err(invalid(format!("read of {} bytes", data.len())));
+        }
         match Region::from_index(region) {
             Some(Region::Config) => {
                 if !self.config.read(offset, data) {
@@ -139,6 +147,9 @@ impl ServerBackend for IsmBackend {
 
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
         self.ensure_attached();
+        if data.len() > MAX_ACCESS {
+            return Err(invalid(format!("write of {} bytes", data.len())));
+        }
         match Region::from_index(region) {
             Some(Region::Config) => {
                 if !self.config.write(offset, data) {
@@ -155,9 +166,6 @@ impl ServerBackend for IsmBackend {
                 }
             }
             Some(Region::Bar(Bar::Move)) => {
-                if data.len() > MAX_MOVE_LEN {
-                    return Err(invalid(format!("move of {} bytes", data.len())));
-                }
                 if let Err(e) = self.fabric.move_data(self.id, offset, data) {
                     if self.guest_errors_may_log() {
                         log::warn!(

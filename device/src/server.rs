@@ -3,6 +3,7 @@
 //! shutdown.
 
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,29 +46,66 @@ pub fn spawn_function(fabric: Arc<Fabric>, id: FunctionId, path: &Path) -> Resul
     if path.exists() {
         return Err(ServeError::SocketExists(path.to_path_buf()));
     }
-    let server =
-        vfio_user::Server::new(path, true, irq_infos(), server_regions()).map_err(|source| {
-            ServeError::Listen {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
+    let server = listen(path)?;
     let (name, _) = fabric.identity(id);
+    let path = path.to_path_buf();
     // The thread lives as long as the process: nothing joins it.
     std::thread::Builder::new()
         .name(name.clone())
-        .spawn(move || {
-            let mut backend = IsmBackend::new(fabric, id);
-            loop {
-                match server.run(&mut backend) {
-                    Ok(()) => log::info!("{name}: client disconnected"),
-                    Err(e) => log::warn!("{name}: client dropped: {e}"),
-                }
-                backend.disconnect();
-            }
-        })
+        .spawn(move || serve_function(fabric, id, &name, &path, server))
         .map_err(ServeError::EventLoop)?;
     Ok(())
+}
+
+fn listen(path: &Path) -> Result<vfio_user::Server, ServeError> {
+    vfio_user::Server::new(path, true, irq_infos(), server_regions()).map_err(|source| {
+        ServeError::Listen {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
+}
+
+/// One client after another. Whatever ends a client — a disconnect, a protocol error,
+/// or a panic in the vfio_user crate or the backend — detaches the function the same
+/// way (its DMBs and mappings dropped, its peers told), and the socket serves the next.
+fn serve_function(
+    fabric: Arc<Fabric>,
+    id: FunctionId,
+    name: &str,
+    path: &Path,
+    mut server: vfio_user::Server,
+) {
+    let mut backend = IsmBackend::new(Arc::clone(&fabric), id);
+    loop {
+        let served = catch_unwind(AssertUnwindSafe(|| server.run(&mut backend)));
+        match served {
+            Ok(Ok(())) => log::info!("{name}: client disconnected"),
+            Ok(Err(e)) => log::warn!("{name}: client dropped: {e}"),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                log::error!("{name}: serving the client panicked ({what}); client dropped");
+            }
+        }
+        backend.disconnect();
+        // A fresh backend: a panic may have left the old one half-way.
+        backend = IsmBackend::new(Arc::clone(&fabric), id);
+        if !path.exists() {
+            // The socket file went away (removed by hand, or by the crate's Drop):
+            // bind it again so the next QEMU can connect.
+            match listen(path) {
+                Ok(new) => server = new,
+                Err(e) => {
+                    log::error!("{name}: {e}; function no longer served");
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Accepts control clients.

@@ -273,3 +273,41 @@ fn reg_ieq_needs_the_whole_512_byte_queue_mapped() {
     let short = wire::RegIeqRequest::new(end.into(), 512.into());
     assert_eq!(g.command(&short).ret, 0x0004);
 }
+
+#[test]
+fn a_message_that_panics_the_vfio_user_crate_detaches_the_function_like_a_disconnect() {
+    let m = Machine::start(2);
+    let mut a = m.guest(0);
+    let mut c = m.guest(1);
+    c.reg_dmb(16384, default_gid(CHID, 0));
+    // VERSION whose header says 16 bytes: the crate subtracts the 20-byte struct size.
+    let header = msg::Header {
+        id: 99.into(),
+        command: cmd::VERSION.into(),
+        size: 16.into(),
+        flags: 0.into(),
+        error: 0.into(),
+    };
+    c.client.send_raw(header.as_bytes()).unwrap();
+    c.client.send_raw(&[0, 0, 2, 0]).unwrap();
+    assert!(eventually(|| a.ieq_idx() == 1), "A got the GID event");
+    assert_eq!(a.ieq_entry(0).2, default_gid(CHID, 1));
+    assert!(m.fabric.lock().dmbs.is_empty(), "C's DMB was dropped");
+    assert!(!m.fabric.lock().functions[1].attached);
+    drop(c);
+    // The next QEMU connects to the same socket and works.
+    let mut c = m.guest(1);
+    still_working(&mut a, &mut c);
+}
+
+#[test]
+fn an_oversized_region_read_is_refused_before_it_touches_the_buffer() {
+    let m = Machine::start(2);
+    let mut a = m.guest(0);
+    let mut b = m.guest(1);
+    for region in [MOVE_BAR, CMD_BAR, 7] {
+        let reply = a.client.region_read(region, 0, 64 << 20).unwrap();
+        assert!(reply.is_err(), "region {region}: 64 MiB read answered");
+    }
+    still_working(&mut a, &mut b);
+}
