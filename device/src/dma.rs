@@ -7,6 +7,8 @@
 //! runs. Unmaps arrive coalesced into power-of-two ranges that may cover many maps or
 //! part of one, so unmap has range semantics and splits runs as needed.
 //!
+//! Only memfds sealed against shrinking are mapped: a truncated mapping would fault.
+//!
 //! Every access is bounds-checked twice: against the IOVA table (an unmapped byte is an
 //! error, never a fault) and by vm-memory's `VolatileSlice` against the mapping.
 
@@ -16,6 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use vm_memory::bitmap::BS;
 use vm_memory::mmap::MmapRegion;
 use vm_memory::volatile_memory::VolatileSlice;
@@ -28,6 +31,10 @@ pub enum DmaError {
     NoFd,
     #[error("cannot inspect the DMA_MAP file descriptor")]
     Stat(#[source] std::io::Error),
+    #[error(
+        "guest memory file is not sealed against shrinking (memory-backend-memfd with seal=on)"
+    )]
+    NotSealed,
     #[error("DMA_MAP of {size:#x} bytes at file offset {offset:#x} exceeds the {file_len:#x}-byte backing file")]
     OutsideFile {
         offset: u64,
@@ -218,6 +225,15 @@ impl DmaSpace {
         let backing = match self.backings.get(&key) {
             Some(backing) => Arc::clone(backing),
             None => {
+                // Mapped memory that the file's owner truncates faults (SIGBUS) on the
+                // next access, killing the whole emulator: only files sealed against
+                // shrinking are mapped (QEMU's memory-backend-memfd seals by default).
+                let seals = fcntl(&file, FcntlArg::F_GET_SEALS)
+                    .map(SealFlag::from_bits_truncate)
+                    .unwrap_or(SealFlag::empty());
+                if !seals.contains(SealFlag::F_SEAL_SHRINK) {
+                    return Err(DmaError::NotSealed);
+                }
                 let len = usize::try_from(file_len).map_err(|_| DmaError::OutsideFile {
                     offset,
                     size,

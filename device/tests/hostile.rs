@@ -7,7 +7,7 @@ use ism_emu::default_gid;
 use ism_emu::ism::command::opcode;
 use ism_emu::ism::wire;
 use ism_emu::ism::MoveAddress;
-use ism_emu::testkit::{cmd, msg};
+use ism_emu::testkit::{cmd, msg, GuestRam};
 use support::*;
 use zerocopy::IntoBytes;
 
@@ -309,5 +309,44 @@ fn an_oversized_region_read_is_refused_before_it_touches_the_buffer() {
         let reply = a.client.region_read(region, 0, 64 << 20).unwrap();
         assert!(reply.is_err(), "region {region}: 64 MiB read answered");
     }
+    still_working(&mut a, &mut b);
+}
+
+#[test]
+fn guest_ram_that_could_shrink_under_a_mapping_is_refused() {
+    let m = Machine::start(1);
+    let mut g = m.connect(0);
+    // A truncated memfd would turn the next move into SIGBUS for the whole emulator.
+    for ram in [GuestRam::unsealed(RAM_SIZE), GuestRam::tmpfs(RAM_SIZE)] {
+        let ram = ram.unwrap();
+        let reply = g.client.dma_map(IOVA_BASE, PAGE, &ram, 0).unwrap();
+        assert!(reply.is_err(), "unsealed guest RAM mapped");
+    }
+    let sealed = GuestRam::new(RAM_SIZE).unwrap();
+    assert!(sealed.truncate(0).is_err(), "the seal holds");
+    assert!(g
+        .client
+        .dma_map(IOVA_BASE, PAGE, &sealed, 0)
+        .unwrap()
+        .is_ok());
+}
+
+#[test]
+fn set_irqs_with_a_pipe_instead_of_an_eventfd_is_refused() {
+    let m = Machine::start(2);
+    let mut a = m.guest(0);
+    let mut b = m.guest(1);
+    // A pipe that nobody reads fills up, and a blocking write would stall every guest.
+    let (_reader, writer) = std::io::pipe().unwrap();
+    let set = msg::SetIrqs {
+        argsz: (std::mem::size_of::<msg::SetIrqs>() as u32).into(),
+        flags: (0x4 | 0x20).into(),
+        index: MSI_INDEX.into(),
+        start: 0.into(),
+        count: 1.into(),
+    };
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&writer);
+    let reply = b.client.call(cmd::DEVICE_SET_IRQS, set.as_bytes(), &[fd]);
+    assert!(reply.unwrap().is_err(), "a pipe was taken for an eventfd");
     still_working(&mut a, &mut b);
 }
