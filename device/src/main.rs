@@ -149,6 +149,8 @@ fn serve(
     control: Option<PathBuf>,
     events: Option<PathBuf>,
 ) -> Result<(), CliError> {
+    // Every socket and file the emulator creates is its user's only.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let file = match events {
         Some(path) => Some(
             std::fs::OpenOptions::new()

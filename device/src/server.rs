@@ -2,6 +2,7 @@
 //! watcher's thread, and a main event loop (event-manager) for the control socket and
 //! shutdown.
 
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -36,6 +37,14 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot make {path} private to its user")]
+    Permissions {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--control {0} exists and is not a socket; refusing to replace it")]
+    ControlNotSocket(PathBuf),
     #[error("event loop")]
     EventLoop(#[source] std::io::Error),
 }
@@ -58,12 +67,46 @@ pub fn spawn_function(fabric: Arc<Fabric>, id: FunctionId, path: &Path) -> Resul
 }
 
 fn listen(path: &Path) -> Result<vfio_user::Server, ServeError> {
-    vfio_user::Server::new(path, true, irq_infos(), server_regions()).map_err(|source| {
-        ServeError::Listen {
+    let server =
+        vfio_user::Server::new(path, true, irq_infos(), server_regions()).map_err(|source| {
+            ServeError::Listen {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+    owner_only(path)?;
+    Ok(server)
+}
+
+/// Makes a socket the emulator created usable by its own user only (`ism-emu serve`
+/// also runs with umask 077, so there is no moment when it is not).
+fn owner_only(path: &Path) -> Result<(), ServeError> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        ServeError::Permissions {
             path: path.to_path_buf(),
             source,
         }
     })
+}
+
+/// Binds the control socket. A stale socket at `path` is replaced; anything else there
+/// (a file, a live emulator's socket) is refused and left alone.
+fn bind_control(path: &Path) -> Result<UnixListener, ServeError> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(ServeError::ControlNotSocket(path.to_path_buf()));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(ServeError::SocketExists(path.to_path_buf()));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let listener = UnixListener::bind(path).map_err(|source| ServeError::Control {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    owner_only(path)?;
+    Ok(listener)
 }
 
 /// One client after another. Whatever ends a client — a disconnect, a protocol error,
@@ -186,24 +229,12 @@ pub fn run(
             ServeError::EventLoop(std::io::Error::other(format!("{e:?}")))
         })?;
     if let Some(path) = control_path {
-        if path.exists() {
-            let _ = std::fs::remove_file(path);
-        }
-        let listener = UnixListener::bind(path).map_err(|source| {
-            cleanup(sockets, None);
-            ServeError::Control {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
+        let listener = bind_control(path).inspect_err(|_| cleanup(sockets, None))?;
         listener
             .set_nonblocking(true)
             .map_err(ServeError::EventLoop)?;
         manager.add_subscriber(Arc::new(Mutex::new(ControlSubscriber {
-            control: Control {
-                fabric: Arc::clone(&fabric),
-                observer,
-            },
+            control: Control::new(Arc::clone(&fabric), observer),
             listener,
         })));
         log::info!("control socket at {}", path.display());

@@ -47,12 +47,16 @@ impl Drop for Running {
     }
 }
 
-/// Runs the binary to completion (at most `PATIENCE`) and returns what it printed.
+/// Runs the binary to completion (at most `PATIENCE`, then it is killed) and returns
+/// what it printed.
 fn run(args: &[&str]) -> Output {
     let mut command = Command::new(BIN);
     command.args(args);
     let mut child = Running::spawn(command.stdout(Stdio::piped()).stderr(Stdio::piped()));
-    let status = child.wait().expect("ism-emu did not exit");
+    let status = child.wait().unwrap_or_else(|| {
+        child.signal(Signal::SIGKILL);
+        child.0.wait().unwrap()
+    });
     let mut output = Output {
         status,
         stdout: Vec::new(),
@@ -152,9 +156,25 @@ fn an_existing_socket_path_is_refused_with_a_clear_message() {
 
 #[test]
 fn chid_zero_and_reserved_chids_are_refused() {
+    let dir = tempdir();
+    // A socket that `serve` could bind: only the CHID check can make it fail (and
+    // `run` kills a `serve` that did not fail within its patience).
+    let socket = dir.as_path().join("a.sock");
     for chid in ["0", "0xff00", "0xffff"] {
-        let out = run(&["serve", "--chid", chid, "--socket", "/nonexistent/x"]);
+        let out = run(&[
+            "serve",
+            "--chid",
+            chid,
+            "--socket",
+            socket.to_str().unwrap(),
+        ]);
         assert!(!out.status.success(), "chid {chid} accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("CHID must be nonzero"),
+            "chid {chid}: {stderr}"
+        );
+        assert!(!socket.exists(), "chid {chid}: socket bound");
     }
 }
 
@@ -193,4 +213,101 @@ fn an_idle_emulator_does_not_wake_up() {
     std::thread::sleep(Duration::from_secs(1));
     let woke = context_switches(child.0.id()) - before;
     assert!(woke <= 2, "{woke} wake-ups in 1 s with no guest attached");
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn every_socket_is_for_the_emulators_user_only() {
+    let dir = tempdir();
+    let dir = dir.as_path();
+    let _child = serve(dir);
+    assert!(wait_for(&dir.join("ctl")));
+    for name in ["a.sock", "b.sock", "ctl"] {
+        assert_eq!(mode(&dir.join(name)), 0o600, "{name}");
+    }
+}
+
+#[test]
+fn a_control_path_that_is_not_a_socket_is_refused_and_left_alone() {
+    let dir = tempdir();
+    let ctl = dir.as_path().join("ctl");
+    std::fs::write(&ctl, b"precious").unwrap();
+    let socket = dir.as_path().join("a.sock");
+    let out = run(&[
+        "serve",
+        "--socket",
+        socket.to_str().unwrap(),
+        "--control",
+        ctl.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a socket"));
+    assert_eq!(std::fs::read(&ctl).unwrap(), b"precious");
+}
+
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn control_clients_that_never_finish_their_line_are_bounded() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let dir = tempdir();
+    let child = serve(dir.as_path());
+    let ctl = dir.as_path().join("ctl");
+    assert!(wait_for(&ctl));
+    let pid = child.0.id();
+    let (threads_before, rss_before) = (threads(pid), rss_kib(pid));
+    // One client that sends 16 MiB without a newline.
+    let mut long = UnixStream::connect(&ctl).unwrap();
+    long.set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    let mut sent = 0;
+    for _ in 0..16 {
+        match long.write_all(&chunk) {
+            Ok(()) => sent += chunk.len(),
+            Err(_) => break,
+        }
+    }
+    // Many clients that connect and say nothing.
+    let idle: Vec<UnixStream> = (0..200)
+        .map(|_| UnixStream::connect(&ctl).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (threads_during, rss_during) = (threads(pid), rss_kib(pid));
+    println!(
+        "control attack: threads {threads_before} -> {threads_during}, RSS {rss_before} -> {rss_during} KiB, {} of 16 MiB of one line taken",
+        sent >> 20
+    );
+    assert!(
+        threads_during <= threads_before + 17,
+        "{threads_during} threads"
+    );
+    assert!(rss_during < rss_before + 8 * 1024, "RSS {rss_during} KiB");
+    // Once their deadline has passed, the emulator answers again.
+    std::thread::sleep(Duration::from_millis(2500));
+    let out = run(&["observe", "--control", ctl.to_str().unwrap(), "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(idle);
 }

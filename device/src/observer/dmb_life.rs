@@ -75,12 +75,77 @@ pub struct DmbSummary {
     pub zeroed_after_close: u64,
     /// Closes after which the DMB was still not zero when the watch gave up.
     pub not_zeroed: u64,
-    /// Delays between a close and the zeroing seen after it, in milliseconds.
-    pub zero_delays_ms: Vec<f64>,
+    /// Delays between a close and the zeroing seen after it: a fixed histogram, so
+    /// that a guest closing connections for ever cannot grow it.
+    pub zero_delays_ms: DelayHistogram,
     pub bytes: u64,
     pub signals: u64,
     /// The most recent connections, oldest first (at most `RECENT_CONNS`).
     pub recent: Vec<ConnRecord>,
+}
+
+/// Upper bounds (inclusive) of the zeroing-delay histogram's buckets, in ms. 750 ms is
+/// the release window `scripts/check_e2e.py` checks.
+pub const DELAY_BOUNDS_MS: [f64; 14] = [
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 750.0, 1000.0, 2000.0, 5000.0, 10000.0,
+];
+
+/// Delays in fixed buckets: `counts[i]` delays were at most `le_ms[i]` and above
+/// `le_ms[i - 1]`; `over` were above the last bound.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DelayHistogram {
+    pub le_ms: Vec<f64>,
+    pub counts: Vec<u64>,
+    pub over: u64,
+    pub count: u64,
+    pub max_ms: Option<f64>,
+}
+
+impl Default for DelayHistogram {
+    fn default() -> Self {
+        Self {
+            le_ms: DELAY_BOUNDS_MS.to_vec(),
+            counts: vec![0; DELAY_BOUNDS_MS.len()],
+            over: 0,
+            count: 0,
+            max_ms: None,
+        }
+    }
+}
+
+impl DelayHistogram {
+    pub fn record(&mut self, ms: f64) {
+        match self.le_ms.iter().position(|&le| ms <= le) {
+            Some(i) => self.counts[i] += 1,
+            None => self.over += 1,
+        }
+        self.count += 1;
+        self.max_ms = Some(self.max_ms.map_or(ms, |max| max.max(ms)));
+    }
+
+    /// How many delays were at most `ms` (exact when `ms` is a bucket bound).
+    pub fn at_most(&self, ms: f64) -> u64 {
+        self.le_ms
+            .iter()
+            .zip(&self.counts)
+            .filter(|(&le, _)| le <= ms)
+            .map(|(_, &n)| n)
+            .sum()
+    }
+
+    /// The bound of the bucket holding the median, or None with no delays (or the
+    /// median above every bound).
+    pub fn median_at_most(&self) -> Option<f64> {
+        let half = self.count.div_ceil(2).max(1);
+        let mut seen = 0;
+        for (&le, &n) in self.le_ms.iter().zip(&self.counts) {
+            seen += n;
+            if seen >= half && self.count > 0 {
+                return Some(le);
+            }
+        }
+        None
+    }
 }
 
 /// How many connections per DMB the observer remembers in detail.
@@ -207,7 +272,7 @@ impl Tracker {
                     closes: 0,
                     zeroed_after_close: 0,
                     not_zeroed: 0,
-                    zero_delays_ms: Vec::new(),
+                    zero_delays_ms: DelayHistogram::default(),
                     bytes: 0,
                     signals: 0,
                     recent: Vec::new(),
@@ -426,7 +491,7 @@ impl Tracker {
                     life.watch_done = true;
                     let s = &mut life.summary;
                     s.zeroed_after_close += 1;
-                    s.zero_delays_ms.push(delay_ms);
+                    s.zero_delays_ms.record(delay_ms);
                     events.push(s.event(What::DmbZeroed {
                         conn: s.connections,
                         delay_ms,
@@ -478,6 +543,20 @@ mod tests {
         m[0] = cdc::TYPE;
         m[cdc::CONN_STATE] = conn_state;
         m
+    }
+
+    #[test]
+    fn the_delay_histogram_counts_in_fixed_buckets() {
+        let mut h = DelayHistogram::default();
+        for ms in [0.5, 3.0, 4.0, 750.0, 751.0, 20000.0] {
+            h.record(ms);
+        }
+        assert_eq!(h.count, 6);
+        assert_eq!(h.at_most(750.0), 4);
+        assert_eq!(h.over, 1);
+        assert_eq!(h.max_ms, Some(20000.0));
+        assert_eq!(h.median_at_most(), Some(5.0));
+        assert_eq!(h.counts.len(), DELAY_BOUNDS_MS.len(), "never grows");
     }
 
     #[test]

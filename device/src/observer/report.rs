@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::dmb_life::{ConnState, DmbSummary};
+use super::dmb_life::{ConnState, DmbSummary, DELAY_BOUNDS_MS};
 use super::json::{chid, hex, hex_opt};
 
 /// Per-function counters, kept by the fabric.
@@ -107,12 +107,15 @@ impl ConnState {
     }
 }
 
-/// Median and maximum of the zeroing delays, or "-".
+/// The bucket bound of the median zeroing delay and the maximum, or "-".
 fn delays(summary: &DmbSummary) -> String {
-    let mut delays = summary.zero_delays_ms.clone();
-    delays.sort_by(f64::total_cmp);
-    match (delays.get(delays.len() / 2), delays.last()) {
-        (Some(med), Some(max)) => format!("{med:.1}/{max:.1}"),
+    let h = &summary.zero_delays_ms;
+    match (h.median_at_most(), h.max_ms) {
+        (Some(med), Some(max)) => format!("<={med:.0}/{max:.1}"),
+        (None, Some(max)) => format!(
+            ">{:.0}/{max:.1}",
+            DELAY_BOUNDS_MS[DELAY_BOUNDS_MS.len() - 1]
+        ),
         _ => "-".into(),
     }
 }
