@@ -186,7 +186,7 @@ impl ServerBackend for IsmBackend {
 
     fn dma_map(
         &mut self,
-        _flags: DmaMapFlags,
+        flags: DmaMapFlags,
         offset: u64,
         address: u64,
         size: u64,
@@ -194,7 +194,14 @@ impl ServerBackend for IsmBackend {
     ) -> io::Result<()> {
         self.ensure_attached();
         self.fabric
-            .dma_map(self.id, address, size, fd, offset)
+            .dma_map(
+                self.id,
+                address,
+                size,
+                fd,
+                offset,
+                flags.contains(DmaMapFlags::WRITE),
+            )
             .map_err(|e| {
                 log::warn!(
                     "{}: DMA_MAP iova {address:#x} size {size:#x}: {e}",

@@ -49,6 +49,8 @@ pub enum DmaError {
     TooManyRuns(usize),
     #[error("IOVA {iova:#x} (+{len:#x}) is not mapped")]
     Unmapped { iova: u64, len: u64 },
+    #[error("IOVA {iova:#x} (+{len:#x}) is mapped read-only")]
+    ReadOnly { iova: u64, len: u64 },
 }
 
 pub type Result<T> = std::result::Result<T, DmaError>;
@@ -65,12 +67,20 @@ impl Backing {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
 /// A run of IOVA space backed by contiguous bytes of one file.
 #[derive(Clone)]
 struct Run {
     len: u64,
     backing: Arc<Backing>,
     file_offset: u64,
+    /// DMA_MAP asked for write access; the device never writes a run without it.
+    writable: bool,
 }
 
 /// A snapshot of `[iova, iova + len)`: the pieces of guest memory it mapped to when it
@@ -185,6 +195,7 @@ impl Run {
     fn continues(&self, before: &Run) -> bool {
         Arc::ptr_eq(&self.backing, &before.backing)
             && before.file_offset + before.len == self.file_offset
+            && self.writable == before.writable
     }
 }
 
@@ -208,8 +219,16 @@ impl DmaSpace {
     }
 
     /// Maps `size` bytes of `file` starting at `offset` at `iova`, replacing whatever was
-    /// mapped there before (QEMU re-maps a page when the guest re-translates it).
-    pub fn map(&mut self, iova: u64, size: u64, file: Option<File>, offset: u64) -> Result<()> {
+    /// mapped there before (QEMU re-maps a page when the guest re-translates it). A
+    /// mapping that is not `writable` is only ever read.
+    pub fn map(
+        &mut self,
+        iova: u64,
+        size: u64,
+        file: Option<File>,
+        offset: u64,
+        writable: bool,
+    ) -> Result<()> {
         check_range(iova, size)?;
         let file = file.ok_or(DmaError::NoFd)?;
         let meta = file.metadata().map_err(DmaError::Stat)?;
@@ -257,6 +276,7 @@ impl DmaSpace {
                 len: size,
                 backing,
                 file_offset: offset,
+                writable,
             },
         );
         self.merge_at(iova);
@@ -346,19 +366,23 @@ impl DmaSpace {
     /// A snapshot of `[iova, iova + len)` to read without holding whatever guards `self`.
     pub fn view(&self, iova: u64, len: u64) -> Result<DmaView> {
         let mut pieces = Vec::with_capacity(1);
-        self.for_each_run(iova, len, |backing, offset, n| {
+        self.for_each_run(iova, len, Access::Read, |backing, offset, n| {
             pieces.push((Arc::clone(backing), offset, n));
         })?;
         Ok(DmaView { pieces, len })
     }
 
-    /// True when every byte of `[iova, iova + len)` is mapped.
-    pub fn is_mapped(&self, iova: u64, len: u64) -> bool {
-        self.for_each_segment(iova, len, |_, _| Ok(())).is_ok()
+    /// True when every byte of `[iova, iova + len)` is mapped for the device to write
+    /// (the SBA, the IEQ and DMBs are).
+    pub fn is_writable(&self, iova: u64, len: u64) -> bool {
+        len > 0
+            && self
+                .for_each_run(iova, len, Access::Write, |_, _, _| {})
+                .is_ok()
     }
 
     pub fn write(&self, iova: u64, data: &[u8]) -> Result<()> {
-        self.for_each_segment(iova, data.len() as u64, |slice, pos| {
+        self.for_each_segment(iova, data.len() as u64, Access::Write, |slice, pos| {
             slice.copy_from(&data[pos..pos + slice.len()]);
             Ok(())
         })
@@ -366,7 +390,7 @@ impl DmaSpace {
 
     pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
-        self.for_each_segment(iova, len, |slice, pos| {
+        self.for_each_segment(iova, len, Access::Read, |slice, pos| {
             let n = slice.len();
             slice.copy_to(&mut buf[pos..pos + n]);
             Ok(())
@@ -380,7 +404,7 @@ impl DmaSpace {
     /// Atomically ORs `mask` into the byte at `iova`: the guest clears status bits with
     /// atomic instructions while the device sets others in the same word.
     pub fn fetch_or_u8(&self, iova: u64, mask: u8) -> Result<u8> {
-        let (backing, offset) = self.locate(iova, 1)?;
+        let (backing, offset) = self.locate(iova, 1, Access::Write)?;
         let slice = backing
             .slice(offset, 1)
             .ok_or(DmaError::Unmapped { iova, len: 1 })?;
@@ -391,12 +415,15 @@ impl DmaSpace {
     }
 
     /// Finds the run holding `[iova, iova + len)` when it lies in one run.
-    fn locate(&self, iova: u64, len: u64) -> Result<(&Backing, u64)> {
+    fn locate(&self, iova: u64, len: u64, access: Access) -> Result<(&Backing, u64)> {
         let unmapped = DmaError::Unmapped { iova, len };
         let (start, run) = self.runs.range(..=iova).next_back().ok_or(unmapped)?;
         let within = iova - start;
         if within.checked_add(len).is_none_or(|end| end > run.len) {
             return Err(DmaError::Unmapped { iova, len });
+        }
+        if access == Access::Write && !run.writable {
+            return Err(DmaError::ReadOnly { iova, len });
         }
         Ok((&run.backing, run.file_offset + within))
     }
@@ -407,6 +434,7 @@ impl DmaSpace {
         &self,
         iova: u64,
         len: u64,
+        access: Access,
         mut f: impl FnMut(VolatileSlice<'_, BS<'_, ()>>, usize) -> Result<()>,
     ) -> Result<()> {
         if len == 0 {
@@ -414,7 +442,7 @@ impl DmaSpace {
         }
         let unmapped = || DmaError::Unmapped { iova, len };
         let mut pieces = Vec::with_capacity(1);
-        self.for_each_run(iova, len, |backing, offset, n| {
+        self.for_each_run(iova, len, access, |backing, offset, n| {
             pieces.push((backing, offset, n))
         })?;
         let mut pos = 0usize;
@@ -428,11 +456,13 @@ impl DmaSpace {
     }
 
     /// Calls `f(backing, file offset, length)` for each run piece of `[iova, iova + len)`
-    /// after checking the range does not wrap; fails at the first unmapped byte.
+    /// after checking the range does not wrap; fails at the first unmapped byte (or, for
+    /// a write, the first read-only one).
     fn for_each_run<'a>(
         &'a self,
         iova: u64,
         len: u64,
+        access: Access,
         mut f: impl FnMut(&'a Arc<Backing>, u64, u64),
     ) -> Result<()> {
         let unmapped = || DmaError::Unmapped { iova, len };
@@ -447,6 +477,9 @@ impl DmaSpace {
             let within = cursor - start;
             if within >= run.len {
                 return Err(unmapped());
+            }
+            if access == Access::Write && !run.writable {
+                return Err(DmaError::ReadOnly { iova, len });
             }
             let n = left.min(run.len - within);
             f(&run.backing, run.file_offset + within, n);
@@ -486,6 +519,7 @@ mod tests {
                     PAGE,
                     Some(ram.dup_file().unwrap()),
                     i * PAGE,
+                    true,
                 )
                 .unwrap();
         }
@@ -502,12 +536,14 @@ mod tests {
         assert_eq!(space.runs.len(), 2);
         let file = Some(ram.dup_file().unwrap());
         space
-            .map(0x1_0000_0000 + 3 * PAGE, PAGE, file, 3 * PAGE)
+            .map(0x1_0000_0000 + 3 * PAGE, PAGE, file, 3 * PAGE, true)
             .unwrap();
         assert_eq!(space.runs.len(), 1);
         // Not contiguous in the file: separate runs.
         let file = Some(ram.dup_file().unwrap());
-        space.map(0x1_0000_0000 + 8 * PAGE, PAGE, file, 0).unwrap();
+        space
+            .map(0x1_0000_0000 + 8 * PAGE, PAGE, file, 0, true)
+            .unwrap();
         assert_eq!(space.runs.len(), 2);
     }
 
@@ -519,7 +555,7 @@ mod tests {
         // Every other page of the IOVA space, from file offset 0: nothing merges.
         for i in 0..=MAX_RUNS as u64 {
             let file = Some(ram.dup_file().unwrap());
-            if let Err(e) = space.map(i * 2 * PAGE, PAGE, file, 0) {
+            if let Err(e) = space.map(i * 2 * PAGE, PAGE, file, 0, true) {
                 refused = Some((i, e));
                 break;
             }
@@ -540,6 +576,30 @@ mod tests {
         assert_eq!(view.scan(0, PAGE).unwrap(), Scan::Zero);
         assert_eq!(view.nonzero().unwrap(), (1, Some(PAGE + 10)));
         assert!(view.read(PAGE, &mut [0; 4097]).is_err(), "past the view");
+    }
+
+    #[test]
+    fn a_read_only_mapping_is_read_never_written() {
+        let ram = GuestRam::new(2 * PAGE).unwrap();
+        let mut space = DmaSpace::new();
+        let file = Some(ram.dup_file().unwrap());
+        space.map(0x4000, 2 * PAGE, file, 0, true).unwrap();
+        let file = Some(ram.dup_file().unwrap());
+        space.map(0x5000, PAGE, file, PAGE, false).unwrap();
+        ram.write(PAGE, &[5]).unwrap();
+        let err = space.write(0x5000 - 2, &[1, 2, 3]);
+        assert!(matches!(err, Err(DmaError::ReadOnly { .. })), "{err:?}");
+        assert!(space.fetch_or_u8(0x5000, 1).is_err());
+        assert_eq!(
+            ram.read(PAGE - 2, 3).unwrap(),
+            vec![0, 0, 5],
+            "nothing written"
+        );
+        assert!(!space.is_writable(0x4000, 2 * PAGE));
+        assert_eq!(
+            space.view(0x5000, 1).unwrap().nonzero().unwrap(),
+            (1, Some(0))
+        );
     }
 
     #[test]
@@ -574,11 +634,11 @@ mod tests {
         let ram = GuestRam::new(16 * PAGE).unwrap();
         let mut space = DmaSpace::new();
         space
-            .map(0x10_0000, 4 * PAGE, Some(ram.dup_file().unwrap()), 0)
+            .map(0x10_0000, 4 * PAGE, Some(ram.dup_file().unwrap()), 0, true)
             .unwrap();
         assert_eq!(space.unmap(0x10_0000 + PAGE, PAGE), PAGE);
-        assert!(space.is_mapped(0x10_0000, PAGE));
-        assert!(!space.is_mapped(0x10_0000 + PAGE, 1));
+        assert!(space.is_writable(0x10_0000, PAGE));
+        assert!(!space.is_writable(0x10_0000 + PAGE, 1));
         space.write(0x10_0000 + 2 * PAGE, &[7]).unwrap();
         assert_eq!(ram.read(2 * PAGE, 1).unwrap(), vec![7]);
     }
@@ -596,7 +656,7 @@ mod tests {
     fn map_beyond_the_file_is_rejected() {
         let ram = GuestRam::new(PAGE).unwrap();
         let mut space = DmaSpace::new();
-        let err = space.map(0x1000, 2 * PAGE, Some(ram.dup_file().unwrap()), 0);
+        let err = space.map(0x1000, 2 * PAGE, Some(ram.dup_file().unwrap()), 0, true);
         assert!(matches!(err, Err(DmaError::OutsideFile { .. })));
     }
 
@@ -604,7 +664,7 @@ mod tests {
     fn wrapping_range_is_rejected() {
         let ram = GuestRam::new(PAGE).unwrap();
         let mut space = DmaSpace::new();
-        let err = space.map(u64::MAX - 10, PAGE, Some(ram.dup_file().unwrap()), 0);
+        let err = space.map(u64::MAX - 10, PAGE, Some(ram.dup_file().unwrap()), 0, true);
         assert!(matches!(err, Err(DmaError::BadRange { .. })));
     }
 

@@ -142,6 +142,8 @@ fn ieq_wraps_past_15_entries_with_index_semantics() {
         let gid_b = default_gid(CHID, 1);
         let signal = wire::SignalIeqRequest::new(gid_b.into(), 0.into(), code.into(), 0.into());
         assert!(a.command(&signal).ok());
+        // Within SIGNAL_IEQ's rate limit (100 a second).
+        std::thread::sleep(std::time::Duration::from_millis(15));
         idx.push(b.ieq_idx());
     }
     assert_eq!(&idx[13..17], &[14, 15, 1, 2]);

@@ -350,3 +350,59 @@ fn set_irqs_with_a_pipe_instead_of_an_eventfd_is_refused() {
     assert!(reply.unwrap().is_err(), "a pipe was taken for an eventfd");
     still_working(&mut a, &mut b);
 }
+
+#[test]
+fn a_grant_does_not_pass_to_the_next_client_with_the_same_gid() {
+    let m = Machine::start(2);
+    let mut a = m.guest(0);
+    let dmb = {
+        let _b = m.guest(1);
+        a.reg_dmb(16384, default_gid(CHID, 1))
+    };
+    assert!(eventually(|| !m.fabric.lock().functions[1].attached));
+    // A has not handled the GID event yet; its DMB is still registered for that GID.
+    let mut next = m.guest(1);
+    assert!(next.move_data(dmb.token, 0, b"not for you", true).is_err());
+    assert_eq!(a.dmb_bytes(&dmb, 0, 11), vec![0; 11]);
+    // A grant made to the new client works.
+    let fresh = a.reg_dmb(16384, default_gid(CHID, 1));
+    assert!(next.move_data(fresh.token, 0, b"for you", true).is_ok());
+}
+
+#[test]
+fn signal_ieq_is_rate_limited_per_sender() {
+    let m = Machine::start(2);
+    let mut a = m.guest(0);
+    let b = m.guest(1);
+    let gid_b = default_gid(CHID, 1);
+    let signal = wire::SignalIeqRequest::new(gid_b.into(), 0.into(), 0x83.into(), 0.into());
+    let refused = (0..40).filter(|_| a.command(&signal).ret != 0).count();
+    assert!(
+        refused >= 20,
+        "only {refused} of 40 back-to-back signals refused"
+    );
+    assert!(b.ieq_idx() > 0, "the first ones went through");
+}
+
+#[test]
+fn read_only_dma_mappings_are_never_written() {
+    let m = Machine::start(2);
+    let mut a = m.guest(0);
+    let mut b = m.guest(1);
+    let dmb = b.reg_dmb(16384, default_gid(CHID, 0));
+    // QEMU re-maps the DMB's first page read-only (DMA_MAP flags: READ only).
+    let mut map = msg::DmaMap::new(IOVA_BASE + dmb.ram_offset, PAGE, dmb.ram_offset);
+    map.flags = 1.into();
+    let fd = b.ram.fd();
+    assert!(b
+        .client
+        .call(cmd::DMA_MAP, map.as_bytes(), &[fd])
+        .unwrap()
+        .is_ok());
+    assert!(a.move_data(dmb.token, 0, b"into read-only", true).is_err());
+    assert_eq!(b.dmb_bytes(&dmb, 0, 14), vec![0; 14]);
+    // Nor registered as a place the device writes.
+    let req = Guest::reg_dmb_request(IOVA_BASE + dmb.ram_offset, 4096, 100, 1);
+    assert_eq!(b.command(&req).ret, 0x0004);
+    still_working(&mut a, &mut b);
+}

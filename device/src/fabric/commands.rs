@@ -1,5 +1,7 @@
 //! Executing ISM commands against the fabric.
 
+use std::time::Instant;
+
 use crate::dmb::{now_us, Dmb, FunctionId};
 use crate::ism::command::{Command, CommandError, DmbRequest, QueryInfo, Response};
 use crate::ism::status::{Event, EventType, Ieq, Sba, IEQ_LEN, SBA_LEN};
@@ -33,7 +35,7 @@ impl Fabric {
         let f = &mut st.functions[id];
         match cmd {
             Command::RegSba { iova } => {
-                if !f.dma.is_mapped(iova, SBA_LEN) {
+                if !f.dma.is_writable(iova, SBA_LEN) {
                     return Err(CommandError::Unmapped { iova, len: SBA_LEN });
                 }
                 f.sba = Some(Sba { iova });
@@ -45,7 +47,7 @@ impl Fabric {
                 }
                 // The whole queue, not just the header: the entries are written later.
                 let unmapped = CommandError::Unmapped { iova, len: IEQ_LEN };
-                if !f.dma.is_mapped(iova, IEQ_LEN) {
+                if !f.dma.is_writable(iova, IEQ_LEN) {
                     return Err(unmapped);
                 }
                 let ieq = Ieq::register(&f.dma, iova).map_err(|_| unmapped)?;
@@ -120,6 +122,9 @@ impl Fabric {
                 event_code,
                 info,
             } => {
+                if !f.signals.take(Instant::now(), 1) {
+                    return Err(CommandError::RateLimited);
+                }
                 let sender = f.gid;
                 let target = st
                     .functions
@@ -156,7 +161,7 @@ impl Fabric {
         req: DmbRequest,
     ) -> Result<Response, CommandError> {
         let f = &st.functions[id];
-        if !f.dma.is_mapped(req.iova, u64::from(req.len)) {
+        if !f.dma.is_writable(req.iova, u64::from(req.len)) {
             return Err(CommandError::Unmapped {
                 iova: req.iova,
                 len: u64::from(req.len),
@@ -169,7 +174,7 @@ impl Fabric {
         {
             return Err(CommandError::SbaIndexInUse(req.sba_idx));
         }
-        // `is_mapped` checked that the range does not wrap. Overlapping DMBs would let a
+        // `is_writable` checked that the range does not wrap. Overlapping DMBs would let a
         // guest multiply the memory the observer watches without having it.
         let end = req.iova + u64::from(req.len);
         if st
@@ -198,6 +203,11 @@ impl Fabric {
             owner: id,
             owner_gid: f.gid,
             rgid: req.rgid,
+            rgid_generation: st
+                .functions
+                .iter()
+                .find(|p| p.gid == req.rgid)
+                .map(|p| p.generation),
             iova: req.iova,
             len: req.len,
             sba_idx: req.sba_idx,

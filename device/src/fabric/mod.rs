@@ -37,7 +37,17 @@ pub struct FunctionState {
     pub counters: Counters,
     /// Bytes of DMBs this function's moves may have read for reuse checks.
     pub reuse_reads: Budget,
+    /// SIGNAL_IEQs this function may send.
+    pub signals: Budget,
+    /// Counts attaches and detaches: a grant (a DMB registered for this function's GID)
+    /// holds for the generation it was made in only, not for the next client.
+    pub generation: u64,
 }
+
+/// SIGNAL_IEQ per sending function: a burst of 8, then 100 a second. The target's IEQ
+/// has 15 slots; a flood must not overwrite the GID events it holds.
+pub const SIGNAL_RATE: u64 = 100;
+pub const SIGNAL_BURST: u64 = 8;
 
 /// Reuse checks read at most this many bytes per second per sending function (a burst of
 /// `REUSE_READ_BURST`); beyond it a reuse is reported unchecked, not read.
@@ -58,6 +68,8 @@ impl FunctionState {
             vlan_required: false,
             counters: Counters::default(),
             reuse_reads: Budget::new(REUSE_READ_RATE, REUSE_READ_BURST),
+            signals: Budget::new(SIGNAL_RATE, SIGNAL_BURST),
+            generation: 0,
         }
     }
 
@@ -185,6 +197,7 @@ impl Fabric {
         let mut st = self.lock();
         let f = &mut st.functions[id];
         f.attached = true;
+        f.generation += 1;
         log::info!("{} (gid {:#018x}): client attached", f.name, f.gid);
         self.events.function_attached(&f.name, f.gid);
     }
@@ -215,6 +228,8 @@ impl Fabric {
         let f = &mut st.functions[id];
         let had_state = f.sba.is_some() || f.dma.mapped_bytes() > 0;
         f.clear();
+        // Grants to this function end here, whether or not the owner ever hears of it.
+        f.generation += 1;
         f.attached = still_attached;
         if had_state || !still_attached {
             log::info!(
@@ -247,8 +262,11 @@ impl Fabric {
         size: u64,
         file: Option<std::fs::File>,
         offset: u64,
+        writable: bool,
     ) -> Result<(), DmaError> {
-        self.lock().functions[id].dma.map(iova, size, file, offset)
+        self.lock().functions[id]
+            .dma
+            .map(iova, size, file, offset, writable)
     }
 
     pub fn dma_unmap(&self, id: FunctionId, iova: u64, size: u64) -> u64 {

@@ -29,6 +29,8 @@ pub enum MoveError {
         len: usize,
         dmb_len: u32,
     },
+    #[error("token {token:#x} was granted to an earlier client of GID {sender:#018x}")]
+    StaleGrant { token: u64, sender: u64 },
     #[error("DMBE index {0} out of range")]
     BadElement(u8),
     #[error("owner of token {0:#x} is not attached")]
@@ -104,6 +106,13 @@ impl Fabric {
                 token: dmb.token,
                 sender: sender_gid,
                 rgid: dmb.rgid,
+            });
+        }
+        let generation = st.functions[sender].generation;
+        if dmb.owner != sender && dmb.rgid_generation != Some(generation) {
+            return Err(MoveError::StaleGrant {
+                token: dmb.token,
+                sender: sender_gid,
             });
         }
         let end = u64::from(addr.offset) + data.len() as u64;
@@ -308,6 +317,19 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_ends_when_its_grantee_detaches() {
+        let rig = Rig::new(2);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        rig.fabric.detach(0, "client disconnected", false);
+        rig.fabric.attach(0);
+        let err = rig.fabric.move_data(0, to(token, 0, true), b"next client");
+        assert!(matches!(err, Err(MoveError::StaleGrant { .. })), "{err:?}");
+        assert_eq!(rig.ram(1, Rig::dmb_offset(32), 4), [0; 4]);
+        // The owner may still write its own DMB.
+        assert!(rig.fabric.move_data(1, to(token, 0, false), b"own").is_ok());
+    }
+
+    #[test]
     fn a_move_from_a_function_that_is_not_the_peer_writes_nothing() {
         let rig = Rig::new(3);
         let token = rig.reg_dmb(1, rig.gid(0), 32);
@@ -362,7 +384,9 @@ mod tests {
 
     fn view_of(ram: &GuestRam, len: u64) -> DmaView {
         let mut space = DmaSpace::new();
-        space.map(0, len, Some(ram.dup_file().unwrap()), 0).unwrap();
+        space
+            .map(0, len, Some(ram.dup_file().unwrap()), 0, true)
+            .unwrap();
         space.view(0, len).unwrap()
     }
 

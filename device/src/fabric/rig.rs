@@ -94,7 +94,9 @@ impl Rig {
         for (id, ram) in rams.iter().enumerate() {
             fabric.attach(id);
             let file = ram.dup_file().unwrap();
-            fabric.dma_map(id, BASE, RAM_SIZE, Some(file), 0).unwrap();
+            fabric
+                .dma_map(id, BASE, RAM_SIZE, Some(file), 0, true)
+                .unwrap();
             fabric.execute(id, Command::RegSba { iova: BASE }).unwrap();
             let ieq = Command::RegIeq {
                 iova: BASE + IEQ_AT,

@@ -146,7 +146,7 @@ mod tests {
 
     fn mem(ram: &GuestRam) -> DmaSpace {
         let mut mem = DmaSpace::new();
-        mem.map(BASE, 8192, Some(ram.dup_file().unwrap()), 0)
+        mem.map(BASE, 8192, Some(ram.dup_file().unwrap()), 0, true)
             .unwrap();
         mem
     }
@@ -169,7 +169,8 @@ mod tests {
     fn an_ieq_at_the_top_of_the_iova_space_is_an_error_not_a_wrap() {
         let ram = GuestRam::new(8192).unwrap();
         let mut mem = DmaSpace::new();
-        mem.map(0, 8192, Some(ram.dup_file().unwrap()), 0).unwrap();
+        mem.map(0, 8192, Some(ram.dup_file().unwrap()), 0, true)
+            .unwrap();
         let err = Ieq::register(&mem, u64::MAX - 7);
         assert!(matches!(err, Err(DmaError::Unmapped { .. })), "{err:?}");
         assert_eq!(

@@ -269,6 +269,7 @@ mod tests {
             owner: 0,
             owner_gid: 0x1234_0049_534d_0001,
             rgid: 0xfedc_ba98_7654_3210,
+            rgid_generation: None,
             iova: 0x1_0001_0000,
             len: 65536,
             sba_idx: 32,
