@@ -124,7 +124,9 @@ fn reuse_without_zeroing_is_stale_with_count_and_first_offset() {
 fn zeroing_at_handout_is_a_clean_reuse_without_zeroing_at_release() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"old");
-    s.m.fabric.poll_zeroing();
+    // The watcher looks after the close and sees the old bytes still there.
+    assert_eq!(s.m.fabric.poll_zeroing(), 1, "the closed DMB is watched");
+    assert_eq!(s.m.observer.summaries()[0].zeroed_after_close, 0);
     // Pre-5.17 kernels zero when the next connection takes the buffer: just before
     // the peer's first write, with no watcher tick in between.
     s.owner
@@ -135,6 +137,9 @@ fn zeroing_at_handout_is_a_clean_reuse_without_zeroing_at_release() {
     let summary = &s.m.observer.summaries()[0];
     assert_eq!(summary.clean_reuses, 1);
     assert_eq!(summary.zeroed_after_close, 0);
+    // A tick now looks at the second close (the DMB is not zero: "new" is in it).
+    assert_eq!(s.m.fabric.poll_zeroing(), 1);
+    assert_eq!(s.m.observer.summaries()[0].zeroed_after_close, 0);
 }
 
 #[test]
@@ -180,4 +185,44 @@ fn connection_records_keep_bytes_close_reuse_and_zeroing() {
     assert!(recent[0].zeroed_after_ms.is_some());
     assert_eq!(recent[0].reuse_clean, None, "first use is no reuse");
     assert_eq!((recent[1].conn, recent[1].reuse_clean), (2, Some(true)));
+}
+
+#[test]
+fn a_reuse_whose_dmb_cannot_be_read_is_unchecked_never_clean() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"old");
+    // The owner unmaps the DMB's second page; the first still takes moves.
+    s.owner
+        .client
+        .dma_unmap(IOVA_BASE + s.dmb.ram_offset + PAGE, PAGE)
+        .unwrap()
+        .unwrap();
+    s.peer.move_data(s.dmb.token, 32, b"new", false).unwrap();
+    let ev = kinds(&s.m, &s.events);
+    let reuse = of_kind(&ev, "dmb_reused");
+    assert_eq!(reuse.len(), 1);
+    assert_eq!(reuse[0]["clean"], Value::Null, "{}", reuse[0]);
+    assert_eq!(reuse[0]["unknown"], "DMB not all mapped");
+    let summary = &s.m.observer.summaries()[0];
+    assert_eq!(
+        (summary.clean_reuses, summary.unchecked_reuses),
+        (0, 1),
+        "not counted clean"
+    );
+}
+
+#[test]
+fn a_rejected_move_opens_no_connection() {
+    let mut s = scene();
+    let past_the_end = s.peer.store_move(s.dmb.token, 0, true, 16380, b"too long");
+    assert!(past_the_end.is_err());
+    s.owner
+        .client
+        .dma_unmap(IOVA_BASE + s.dmb.ram_offset, PAGE)
+        .unwrap()
+        .unwrap();
+    assert!(s.peer.move_data(s.dmb.token, 0, &cdc(0), true).is_err());
+    let summary = &s.m.observer.summaries()[0];
+    assert_eq!((summary.connections, summary.bytes), (0, 0));
+    assert!(of_kind(&kinds(&s.m, &s.events), "conn_opened").is_empty());
 }

@@ -135,10 +135,12 @@ impl Fabric {
             if !st.functions[sender].reuse_reads.take(Instant::now(), len) {
                 *reuse = Some(ReuseCheck::Unknown("over the read budget"));
             } else {
-                return match st.functions[dmb.owner].dma.view(dmb.iova, len) {
-                    Ok(view) => Ok(Step::ReadFirst(view)),
-                    Err(e) => Err(MoveError::OwnerUnmapped(e)),
-                };
+                match st.functions[dmb.owner].dma.view(dmb.iova, len) {
+                    Ok(view) => return Ok(Step::ReadFirst(view)),
+                    // Part of the DMB is unmapped: the move may still land (the write
+                    // below checks its own bytes), but the reuse cannot be judged.
+                    Err(_) => *reuse = Some(ReuseCheck::Unknown("DMB not all mapped")),
+                }
             }
         }
         let owner = &mut st.functions[dmb.owner];

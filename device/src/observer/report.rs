@@ -232,19 +232,26 @@ impl fmt::Display for Verdict<'_> {
         let reuses = sum(|d| d.reuses);
         writeln!(
             out,
-            "{} DMBs, {} connections, {} closes, {} zeroed after close, {} reuses ({} clean, {} stale)",
+            "{} DMBs, {} connections, {} closes, {} zeroed after close, {} reuses ({} clean, {} stale, {} unchecked)",
             dmbs.len(),
             sum(|d| d.connections),
             sum(|d| d.closes),
             sum(|d| d.zeroed_after_close),
             reuses,
             sum(|d| d.clean_reuses),
-            stale
+            stale,
+            sum(|d| d.unchecked_reuses)
         )?;
+        let unchecked = sum(|d| d.unchecked_reuses);
         if stale > 0 {
             writeln!(
                 out,
                 "VERDICT: STALE — a reused DMB still held an earlier connection's bytes"
+            )
+        } else if unchecked > 0 {
+            writeln!(
+                out,
+                "VERDICT: UNKNOWN — {unchecked} reuse(s) could not be checked; none seen stale"
             )
         } else if reuses > 0 {
             writeln!(
@@ -352,7 +359,7 @@ mod tests {
         let text = Verdict(&snapshot()).to_string();
         assert_eq!(
             text,
-            "1 DMBs, 0 connections, 0 closes, 0 zeroed after close, 0 reuses (0 clean, 0 stale)\n\
+            "1 DMBs, 0 connections, 0 closes, 0 zeroed after close, 0 reuses (0 clean, 0 stale, 0 unchecked)\n\
              VERDICT: no DMB reuse seen\n"
         );
     }
