@@ -61,7 +61,14 @@ fn reg_and_unreg_dmb_round_trip() {
         0,
         "tokens leave the low 32 bits for the move address"
     );
+    assert_eq!(query_info(&mut g).dmbs_owned.get(), 1);
+    assert!(g.move_data(dmb.token, 0, b"own", true).is_ok());
     assert!(g.unreg_dmb(dmb.token).ok());
+    assert_eq!(query_info(&mut g).dmbs_owned.get(), 0);
+    assert!(
+        g.move_data(dmb.token, 0, b"gone", true).is_err(),
+        "the token is no longer registered"
+    );
     assert_eq!(
         g.unreg_dmb(dmb.token).ret,
         ISM_ERROR,
@@ -90,14 +97,30 @@ fn same_sba_index_twice_is_refused() {
     assert_eq!(g.command(&req).ret, 0x0005);
 }
 
+/// QUERY_INFO's answer, which must be there.
+fn query_info(g: &mut Guest) -> QueryInfoResponse {
+    let reply = g.command(&wire::QueryInfoRequest::new());
+    assert!(reply.ok());
+    reply.get::<QueryInfoResponse>().unwrap()
+}
+
+fn vlan_ids(qi: &QueryInfoResponse) -> Vec<u16> {
+    let n = qi.vlan_nr_ids.get() as usize;
+    qi.vlan_id[..n].iter().map(|v| v.get()).collect()
+}
+
 #[test]
-fn vlan_commands_succeed() {
+fn vlan_commands_change_what_query_info_reports() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
     assert!(g.command(&wire::SetVlanRequest::new()).ok());
+    assert_eq!(query_info(&mut g).vlan_required.get(), 1);
     assert!(g.command(&wire::ResetVlanRequest::new()).ok());
+    assert_eq!(query_info(&mut g).vlan_required.get(), 0);
     assert!(g.command(&wire::AddVlanIdRequest::new(5.into())).ok());
+    assert_eq!(vlan_ids(&query_info(&mut g)), vec![5, 0x1fff]);
     assert!(g.command(&wire::DelVlanIdRequest::new(5.into())).ok());
+    assert_eq!(vlan_ids(&query_info(&mut g)), vec![0x1fff]);
 }
 
 #[test]
@@ -105,7 +128,10 @@ fn unreg_sba_and_ieq_then_again_gives_ism_error() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
     assert!(g.command(&wire::UnregIeqRequest::new()).ok());
+    assert_eq!(query_info(&mut g).ieq.get(), 0, "IEQ forgotten");
     assert!(g.command(&wire::UnregSbaRequest::new()).ok());
+    let qi = query_info(&mut g);
+    assert_eq!((qi.sba.get(), qi.ism_state.get()), (0, 0), "SBA forgotten");
     assert_eq!(g.command(&wire::UnregSbaRequest::new()).ret, ISM_ERROR);
     assert_eq!(g.command(&wire::UnregIeqRequest::new()).ret, ISM_ERROR);
 }
