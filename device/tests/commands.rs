@@ -142,13 +142,7 @@ fn signal_ieq_reaches_the_peer_with_sender_gid_and_info() {
     let mut a = m.guest(0);
     let b = m.guest(1);
     let gid_b = default_gid(CHID, 1);
-    let signal = wire::SignalIeqRequest::new(
-        gid_b.into(),
-        1.into(),
-        0x83.into(),
-        0x0102_0304_0506_0001.into(),
-    );
-    assert!(a.command(&signal).ok());
+    assert!(a.signal_ieq(gid_b, true, 0x83, 0x0102_0304_0506_0001).ok());
     assert_eq!(b.ieq_idx(), 1);
     assert_eq!(
         b.ieq_entry(0),
@@ -166,8 +160,7 @@ fn ieq_wraps_past_15_entries_with_index_semantics() {
     let mut idx = Vec::new();
     for code in 0..17u32 {
         let gid_b = default_gid(CHID, 1);
-        let signal = wire::SignalIeqRequest::new(gid_b.into(), 0.into(), code.into(), 0.into());
-        assert!(a.command(&signal).ok());
+        assert!(a.signal_ieq(gid_b, false, code, 0).ok());
         // Within SIGNAL_IEQ's rate limit (100 a second).
         std::thread::sleep(std::time::Duration::from_millis(15));
         idx.push(b.ieq_idx());

@@ -375,8 +375,9 @@ fn signal_ieq_is_rate_limited_per_sender() {
     let mut a = m.guest(0);
     let b = m.guest(1);
     let gid_b = default_gid(CHID, 1);
-    let signal = wire::SignalIeqRequest::new(gid_b.into(), 0.into(), 0x83.into(), 0.into());
-    let refused = (0..40).filter(|_| a.command(&signal).ret != 0).count();
+    let refused = (0..40)
+        .filter(|_| a.signal_ieq(gid_b, false, 0x83, 0).ret != 0)
+        .count();
     assert!(
         refused >= 20,
         "only {refused} of 40 back-to-back signals refused"

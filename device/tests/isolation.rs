@@ -197,8 +197,7 @@ fn a_hostile_function_does_not_stall_another_functions_moves() {
     let (flood, _) = during(
         amplifier,
         move |g| {
-            let signal = wire::SignalIeqRequest::new(target.into(), 1.into(), 0.into(), 0.into());
-            g.command(&signal);
+            g.signal_ieq(target, true, 0, 0);
         },
         || {
             windows("SIGNAL_IEQ flood", bound, || {

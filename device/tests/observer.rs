@@ -46,6 +46,20 @@ struct Scene {
     events: Receiver<String>,
 }
 
+impl Scene {
+    /// The owner's kernel releases the connection: zeroes the whole DMB.
+    fn owner_zeroes_the_dmb(&self) {
+        let zeros = vec![0u8; self.dmb.len as usize];
+        self.owner.ram.write(self.dmb.ram_offset, &zeros).unwrap();
+    }
+
+    /// The owner unmaps page `page` of the DMB.
+    fn owner_unmaps_page(&mut self, page: u64) {
+        let iova = IOVA_BASE + self.dmb.ram_offset + page * PAGE;
+        self.owner.client.dma_unmap(iova, PAGE).unwrap().unwrap();
+    }
+}
+
 fn scene() -> Scene {
     let m = Machine::start(2);
     let events = m.observer.follow();
@@ -86,10 +100,7 @@ fn zeroing_after_close_is_reported_then_reuse_is_clean() {
         "not zero yet"
     );
     // The owner's kernel releases the connection: zeroes the whole DMB.
-    s.owner
-        .ram
-        .write(s.dmb.ram_offset, &vec![0u8; 16384])
-        .unwrap();
+    s.owner_zeroes_the_dmb();
     s.m.fabric.poll_zeroing();
     connection(&mut s.peer, &s.dmb, b"second");
     let ev = kinds(&s.m, &s.events);
@@ -129,10 +140,7 @@ fn zeroing_at_handout_is_a_clean_reuse_without_zeroing_at_release() {
     assert_eq!(s.m.observer.summaries()[0].zeroed_after_close, 0);
     // Pre-5.17 kernels zero when the next connection takes the buffer: just before
     // the peer's first write, with no watcher tick in between.
-    s.owner
-        .ram
-        .write(s.dmb.ram_offset, &vec![0u8; 16384])
-        .unwrap();
+    s.owner_zeroes_the_dmb();
     connection(&mut s.peer, &s.dmb, b"new");
     let summary = &s.m.observer.summaries()[0];
     assert_eq!(summary.clean_reuses, 1);
@@ -156,10 +164,7 @@ fn repeated_closing_cdc_does_not_start_a_connection() {
 fn unregistration_reports_the_connections_the_dmb_carried() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"x");
-    s.owner
-        .ram
-        .write(s.dmb.ram_offset, &vec![0u8; 16384])
-        .unwrap();
+    s.owner_zeroes_the_dmb();
     connection(&mut s.peer, &s.dmb, b"y");
     assert!(s.owner.unreg_dmb(s.dmb.token).ok());
     let ev = kinds(&s.m, &s.events);
@@ -172,10 +177,7 @@ fn unregistration_reports_the_connections_the_dmb_carried() {
 fn connection_records_keep_bytes_close_reuse_and_zeroing() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"first connection");
-    s.owner
-        .ram
-        .write(s.dmb.ram_offset, &vec![0u8; 16384])
-        .unwrap();
+    s.owner_zeroes_the_dmb();
     s.m.fabric.poll_zeroing();
     connection(&mut s.peer, &s.dmb, b"second");
     let recent = &s.m.observer.summaries()[0].recent;
@@ -192,11 +194,7 @@ fn a_reuse_whose_dmb_cannot_be_read_is_unchecked_never_clean() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"old");
     // The owner unmaps the DMB's second page; the first still takes moves.
-    s.owner
-        .client
-        .dma_unmap(IOVA_BASE + s.dmb.ram_offset + PAGE, PAGE)
-        .unwrap()
-        .unwrap();
+    s.owner_unmaps_page(1);
     s.peer.move_data(s.dmb.token, 32, b"new", false).unwrap();
     let ev = kinds(&s.m, &s.events);
     let reuse = of_kind(&ev, "dmb_reused");
@@ -216,11 +214,7 @@ fn a_rejected_move_opens_no_connection() {
     let mut s = scene();
     let past_the_end = s.peer.store_move(s.dmb.token, 0, true, 16380, b"too long");
     assert!(past_the_end.is_err());
-    s.owner
-        .client
-        .dma_unmap(IOVA_BASE + s.dmb.ram_offset, PAGE)
-        .unwrap()
-        .unwrap();
+    s.owner_unmaps_page(0);
     assert!(s.peer.move_data(s.dmb.token, 0, &cdc(0), true).is_err());
     let summary = &s.m.observer.summaries()[0];
     assert_eq!((summary.connections, summary.bytes), (0, 0));

@@ -275,11 +275,7 @@ mod tests {
         let st = rig.fabric.lock();
         assert_eq!(st.functions[0].counters.bytes_out, 5);
         assert_eq!(st.functions[1].counters.signals_in, 1);
-        let calls = rig.sink.calls();
-        assert_eq!(
-            calls.last().unwrap(),
-            &format!("moved {token:#x}+100 5 None")
-        );
+        assert_eq!(rig.sink.last(), format!("moved {token:#x}+100 5 None"));
     }
 
     #[test]
@@ -302,19 +298,17 @@ mod tests {
         rig.fabric
             .move_data(0, to(token, 0, false), b"new")
             .unwrap();
-        let calls = rig.sink.calls();
         assert_eq!(
-            calls.last().unwrap(),
-            &format!("moved {token:#x}+0 3 Some(Read {{ stale: 1, first: Some(3) }})")
+            rig.sink.last(),
+            format!("moved {token:#x}+0 3 Some(Read {{ stale: 1, first: Some(3) }})")
         );
         // A budget of one more DMB read, refilled never.
         rig.fabric.lock().functions[0].reuse_reads = Budget::new(0, 16384);
         rig.fabric.move_data(0, to(token, 0, false), b"x").unwrap();
         rig.fabric.move_data(0, to(token, 0, false), b"x").unwrap();
-        let calls = rig.sink.calls();
         assert_eq!(
-            calls.last().unwrap(),
-            &format!("moved {token:#x}+0 1 Some(Unknown(\"over the read budget\"))")
+            rig.sink.last(),
+            format!("moved {token:#x}+0 1 Some(Unknown(\"over the read budget\"))")
         );
     }
 

@@ -36,6 +36,16 @@ impl Recorder {
         self.calls.lock().unwrap().clone()
     }
 
+    /// The last call recorded.
+    pub fn last(&self) -> String {
+        self.calls
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     fn push(&self, call: String) {
         self.calls.lock().unwrap().push(call);
     }

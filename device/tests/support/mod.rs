@@ -194,6 +194,17 @@ impl Guest {
         }
     }
 
+    /// SIGNAL_IEQ to `rgid`: event `code` with `info`, an interrupt if `irq`.
+    pub fn signal_ieq(&mut self, rgid: u64, irq: bool, code: u32, info: u64) -> CommandReply {
+        let irq = u32::from(irq);
+        self.command(&wire::SignalIeqRequest::new(
+            rgid.into(),
+            irq.into(),
+            code.into(),
+            info.into(),
+        ))
+    }
+
     pub fn unreg_dmb(&mut self, token: u64) -> CommandReply {
         self.command(&wire::UnregDmbRequest::new(token.into()))
     }
