@@ -15,6 +15,7 @@ pub mod dmb_life;
 pub mod json;
 pub mod report;
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,10 +91,14 @@ pub enum What {
         conn: u64,
         watched_ms: f64,
     },
-    /// Lines the event stream dropped (writer behind or over its rate); `function` is
-    /// `-` and `gid` 0.
+    /// Lines of this function the stream dropped (over its rate; `function` is `-` for
+    /// lines lost while the writer was behind).
     EventsDropped {
         count: u64,
+    },
+    /// The `--events` file reached its size limit: nothing more is written to it.
+    EventFileFull {
+        limit_bytes: u64,
     },
 }
 
@@ -131,23 +136,40 @@ pub fn to_json_line(time_us: u64, event: &ObservedEvent) -> String {
 
 /// The event stream's capacity between the fabric and the writer thread.
 const EVENT_QUEUE: usize = 4096;
-/// At most this many lines per second reach the file and the followers; the rest are
-/// counted in an `events_dropped` line (bounds the file a guest can grow).
-pub const EVENTS_PER_SECOND: u64 = 2000;
+/// At most this many lines per second per function reach the file and the followers;
+/// the rest are counted in an `events_dropped` line for that function, so one guest
+/// can neither flood the stream nor crowd the others' events out of it.
+pub const EVENTS_PER_FUNCTION_PER_SECOND: u64 = 1000;
+/// The `--events` file stops growing here, with an `event_file_full` line.
+pub const EVENT_FILE_LIMIT: u64 = 1 << 30;
 
 enum Output {
-    Line(String),
+    Line {
+        function: String,
+        gid: u64,
+        line: String,
+    },
     /// Answered once every line queued before it is out.
     Sync(SyncSender<()>),
+}
+
+/// One function's share of the stream in the current second.
+struct Window {
+    gid: u64,
+    start: Instant,
+    sent: u64,
+    dropped: u64,
 }
 
 /// The writer thread's side: the file and the live followers.
 struct Writer {
     file: Option<BufWriter<File>>,
+    file_bytes: u64,
+    file_limit: u64,
     followers: Arc<Mutex<Vec<SyncSender<String>>>>,
-    dropped: Arc<AtomicU64>,
-    window: Instant,
-    in_window: u64,
+    /// Lines lost because the queue was full (the function is not known there).
+    queue_dropped: Arc<AtomicU64>,
+    windows: BTreeMap<String, Window>,
 }
 
 impl Writer {
@@ -156,6 +178,7 @@ impl Writer {
             let msg = match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(msg) => msg,
                 Err(RecvTimeoutError::Timeout) => {
+                    self.report_dropped();
                     self.flush();
                     match rx.recv() {
                         Ok(msg) => msg,
@@ -165,7 +188,11 @@ impl Writer {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             match msg {
-                Output::Line(line) => self.line(line),
+                Output::Line {
+                    function,
+                    gid,
+                    line,
+                } => self.line(function, gid, line),
                 Output::Sync(done) => {
                     self.report_dropped();
                     self.flush();
@@ -175,34 +202,70 @@ impl Writer {
         }
     }
 
-    fn line(&mut self, line: String) {
-        if self.window.elapsed() >= Duration::from_secs(1) {
-            self.window = Instant::now();
-            self.in_window = 0;
-            self.report_dropped();
+    fn line(&mut self, function: String, gid: u64, line: String) {
+        let now = Instant::now();
+        let window = self.windows.entry(function.clone()).or_insert(Window {
+            gid,
+            start: now,
+            sent: 0,
+            dropped: 0,
+        });
+        if now.duration_since(window.start) >= Duration::from_secs(1) {
+            let dropped = std::mem::take(&mut window.dropped);
+            window.start = now;
+            window.sent = 0;
+            if dropped > 0 {
+                self.dropped_line(&function, gid, dropped);
+            }
         }
-        if self.in_window >= EVENTS_PER_SECOND {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        let Some(window) = self.windows.get_mut(&function) else {
+            return;
+        };
+        if window.sent >= EVENTS_PER_FUNCTION_PER_SECOND {
+            window.dropped += 1;
             return;
         }
-        self.in_window += 1;
-        self.report_dropped();
+        window.sent += 1;
         self.write(line);
     }
 
+    /// Writes the `events_dropped` lines owed so far.
     fn report_dropped(&mut self) {
-        let count = self.dropped.swap(0, Ordering::Relaxed);
-        if count > 0 {
-            let event = ObservedEvent::function("-", 0, What::EventsDropped { count });
-            self.write(to_json_line(now_us(), &event));
+        let owed: Vec<(String, u64, u64)> = self
+            .windows
+            .iter_mut()
+            .filter(|(_, w)| w.dropped > 0)
+            .map(|(f, w)| (f.clone(), w.gid, std::mem::take(&mut w.dropped)))
+            .collect();
+        for (function, gid, count) in owed {
+            self.dropped_line(&function, gid, count);
         }
+        let count = self.queue_dropped.swap(0, Ordering::Relaxed);
+        if count > 0 {
+            self.dropped_line("-", 0, count);
+        }
+    }
+
+    fn dropped_line(&mut self, function: &str, gid: u64, count: u64) {
+        let event = ObservedEvent::function(function, gid, What::EventsDropped { count });
+        self.write(to_json_line(now_us(), &event));
     }
 
     fn write(&mut self, line: String) {
         if let Some(file) = self.file.as_mut() {
-            if writeln!(file, "{line}").is_err() {
-                log::warn!("event file write failed; no longer writing events to it");
+            let len = line.len() as u64 + 1;
+            if self.file_bytes + len > self.file_limit {
+                let limit_bytes = self.file_limit;
+                let full = ObservedEvent::function("-", 0, What::EventFileFull { limit_bytes });
+                let _ =
+                    writeln!(file, "{}", to_json_line(now_us(), &full)).and_then(|()| file.flush());
+                log::warn!("event file reached {limit_bytes} bytes; no more events written to it");
                 self.file = None;
+            } else if let Err(e) = writeln!(file, "{line}") {
+                log::warn!("event file write failed ({e}); no longer writing events to it");
+                self.file = None;
+            } else {
+                self.file_bytes += len;
             }
         }
         let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
@@ -222,7 +285,7 @@ impl Writer {
 pub struct Observer {
     /// To the writer thread: the fabric's lock never waits for a file or a socket.
     out: SyncSender<Output>,
-    dropped: Arc<AtomicU64>,
+    queue_dropped: Arc<AtomicU64>,
     followers: Arc<Mutex<Vec<SyncSender<String>>>>,
     pub(crate) life: Mutex<dmb_life::Tracker>,
     /// Woken when a DMB closes, so the zeroing watcher sleeps while nothing is watched.
@@ -238,15 +301,25 @@ impl Default for Observer {
 impl Observer {
     /// An observer writing events to `file` (if any) from its own thread.
     pub fn new(file: Option<File>) -> Self {
+        Self::with_file_limit(file, EVENT_FILE_LIMIT)
+    }
+
+    /// The same, with the file growing to at most about `file_limit` bytes.
+    pub fn with_file_limit(file: Option<File>, file_limit: u64) -> Self {
         let (out, rx) = sync_channel(EVENT_QUEUE);
-        let dropped = Arc::new(AtomicU64::new(0));
+        let queue_dropped = Arc::new(AtomicU64::new(0));
         let followers = Arc::new(Mutex::new(Vec::new()));
+        let file_bytes = file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map_or(0, |m| m.len());
         let writer = Writer {
             file: file.map(BufWriter::new),
+            file_bytes,
+            file_limit,
             followers: Arc::clone(&followers),
-            dropped: Arc::clone(&dropped),
-            window: Instant::now(),
-            in_window: 0,
+            queue_dropped: Arc::clone(&queue_dropped),
+            windows: BTreeMap::new(),
         };
         let spawned = std::thread::Builder::new()
             .name("events".into())
@@ -256,7 +329,7 @@ impl Observer {
         }
         Self {
             out,
-            dropped,
+            queue_dropped,
             followers,
             life: Mutex::new(dmb_life::Tracker::default()),
             zero_wake: Mutex::new(None),
@@ -272,8 +345,13 @@ impl Observer {
     pub fn emit(&self, event: ObservedEvent) {
         let line = to_json_line(now_us(), &event);
         log::debug!("event {line}");
-        if let Err(TrySendError::Full(_)) = self.out.try_send(Output::Line(line)) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        let out = Output::Line {
+            function: event.function,
+            gid: event.gid,
+            line,
+        };
+        if let Err(TrySendError::Full(_)) = self.out.try_send(out) {
+            self.queue_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -417,6 +495,49 @@ mod tests {
             to_json_line(1796006540064202, &event),
             r#"{"time_us":1796006540064202,"function":"ism0","gid":"0x12340049534d0001","token":"0x100000000","kind":"conn_closed","conn":1,"how":"close","bytes":204848}"#
         );
+    }
+
+    fn attached(function: &str) -> ObservedEvent {
+        ObservedEvent::function(function, 7, What::FunctionAttached)
+    }
+
+    fn kind(line: &str) -> String {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        format!(
+            "{} {}",
+            value["function"].as_str().unwrap(),
+            value["kind"].as_str().unwrap()
+        )
+    }
+
+    #[test]
+    fn a_flooding_function_loses_its_own_lines_not_the_others() {
+        let observer = Observer::default();
+        let rx = observer.follow();
+        let flood = EVENTS_PER_FUNCTION_PER_SECOND + 500;
+        for _ in 0..flood {
+            observer.emit(attached("ism1"));
+        }
+        observer.emit(attached("ism0"));
+        observer.sync();
+        let lines: Vec<String> = rx.try_iter().map(|l| kind(&l)).collect();
+        let of = |k: &str| lines.iter().filter(|l| *l == k).count() as u64;
+        assert_eq!(of("ism1 function_attached"), EVENTS_PER_FUNCTION_PER_SECOND);
+        assert_eq!(of("ism0 function_attached"), 1);
+        assert_eq!(lines.last().unwrap(), "ism1 events_dropped");
+    }
+
+    #[test]
+    fn the_event_file_stops_at_its_limit_with_a_line_that_says_so() {
+        let file = vmm_sys_util::tempfile::TempFile::new().unwrap();
+        let observer = Observer::with_file_limit(Some(file.as_file().try_clone().unwrap()), 1000);
+        for _ in 0..100 {
+            observer.emit(attached("ism0"));
+        }
+        observer.sync();
+        let text = std::fs::read_to_string(file.as_path()).unwrap();
+        assert!(text.len() < 1200, "{} bytes", text.len());
+        assert_eq!(kind(text.lines().last().unwrap()), "- event_file_full");
     }
 
     #[test]
