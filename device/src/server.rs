@@ -109,6 +109,9 @@ fn bind_control(path: &Path) -> Result<UnixListener, ServeError> {
     Ok(listener)
 }
 
+/// The pause after a client ended in an error, before the next is accepted.
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
 /// One client after another. Whatever ends a client — a disconnect, a protocol error,
 /// or a panic in the vfio_user crate or the backend — detaches the function the same
 /// way (its DMBs and mappings dropped, its peers told), and the socket serves the next.
@@ -122,6 +125,7 @@ fn serve_function(
     let mut backend = IsmBackend::new(Arc::clone(&fabric), id);
     loop {
         let served = catch_unwind(AssertUnwindSafe(|| server.run(&mut backend)));
+        let clean = matches!(served, Ok(Ok(())));
         match served {
             Ok(Ok(())) => log::info!("{name}: client disconnected"),
             Ok(Err(e)) => log::warn!("{name}: client dropped: {e}"),
@@ -133,6 +137,10 @@ fn serve_function(
                     .unwrap_or_default();
                 log::error!("{name}: serving the client panicked ({what}); client dropped");
             }
+        }
+        if !clean {
+            // Errors that repeat at once (accept failing, say) must not spin a core.
+            std::thread::sleep(RETRY_PAUSE);
         }
         backend.disconnect();
         // A fresh backend: a panic may have left the old one half-way.
