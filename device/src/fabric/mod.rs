@@ -39,8 +39,9 @@ pub struct FunctionState {
     pub reuse_reads: Budget,
     /// SIGNAL_IEQs this function may send.
     pub signals: Budget,
-    /// Counts attaches and detaches: a grant (a DMB registered for this function's GID)
-    /// holds for the generation it was made in only, not for the next client.
+    /// Counts detaches (disconnects, resets): a grant (a DMB registered for this
+    /// function's GID) holds for the generation it was made in only, not for the next
+    /// client. A grant made while no client is attached holds for the next one.
     pub generation: u64,
 }
 
@@ -197,7 +198,6 @@ impl Fabric {
         let mut st = self.lock();
         let f = &mut st.functions[id];
         f.attached = true;
-        f.generation += 1;
         log::info!("{} (gid {:#018x}): client attached", f.name, f.gid);
         self.events.function_attached(&f.name, f.gid);
     }

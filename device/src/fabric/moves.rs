@@ -326,6 +326,15 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_made_while_the_grantee_is_away_holds_for_its_next_client() {
+        let rig = Rig::new(2);
+        rig.fabric.detach(0, "client disconnected", false);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        rig.fabric.attach(0);
+        assert!(rig.fabric.move_data(0, to(token, 0, true), b"hi").is_ok());
+    }
+
+    #[test]
     fn a_move_from_a_function_that_is_not_the_peer_writes_nothing() {
         let rig = Rig::new(3);
         let token = rig.reg_dmb(1, rig.gid(0), 32);
