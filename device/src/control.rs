@@ -9,11 +9,12 @@
 //! Limits, so that no local client can grow the emulator: at most `MAX_CLIENTS` served
 //! at once (more are closed at once), a request line of at most `MAX_LINE` bytes within
 //! `REQUEST_DEADLINE`, and every write within `WRITE_DEADLINE` (a follower that stops
-//! reading is dropped).
+//! reading is dropped; one that left is noticed within a second, events or not).
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,8 @@ pub const MAX_CLIENTS: usize = 16;
 pub const MAX_LINE: usize = 64;
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(5);
+/// How often a follower with no events to send is checked for having left.
+const FOLLOWER_CHECK: Duration = Duration::from_secs(1);
 
 /// What the control socket reads from.
 #[derive(Clone)]
@@ -44,6 +47,19 @@ impl Drop for Slot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Whether the client closed its end (it sends nothing after its request line).
+fn gone(stream: &UnixStream) -> bool {
+    let mut byte = [0u8; 1];
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let closed = match (&*stream).read(&mut byte) {
+        Ok(_) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    closed || stream.set_nonblocking(false).is_err()
 }
 
 /// Reads one request line: at most `MAX_LINE` bytes, all within `REQUEST_DEADLINE`.
@@ -109,9 +125,18 @@ impl Control {
             }
             "follow" => {
                 let rx = self.observer.follow();
-                while let Ok(line) = rx.recv() {
-                    if writeln!(stream, "{line}").is_err() {
-                        break;
+                loop {
+                    match rx.recv_timeout(FOLLOWER_CHECK) {
+                        Ok(line) => {
+                            if writeln!(stream, "{line}").is_err() {
+                                break;
+                            }
+                        }
+                        // No event for a while: still there? A follower that left must
+                        // give its slot back without waiting for the next event.
+                        Err(RecvTimeoutError::Timeout) if gone(&stream) => break,
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
             }

@@ -311,3 +311,25 @@ fn control_clients_that_never_finish_their_line_are_bounded() {
     );
     drop(idle);
 }
+
+#[test]
+fn followers_that_leave_give_their_slots_back_without_waiting_for_an_event() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let dir = tempdir();
+    let _child = serve(dir.as_path());
+    let ctl = dir.as_path().join("ctl");
+    assert!(wait_for(&ctl));
+    for _ in 0..20 {
+        let mut follower = UnixStream::connect(&ctl).unwrap();
+        writeln!(follower, "follow").unwrap();
+    }
+    // No guest, so no event: the slots must come back by themselves.
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = run(&["observe", "--control", ctl.to_str().unwrap(), "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
