@@ -211,6 +211,8 @@ type FileKey = (u64, u64);
 pub struct DmaSpace {
     runs: BTreeMap<u64, Run>,
     backings: HashMap<FileKey, Arc<Backing>>,
+    /// The sum of the runs' lengths, kept so a snapshot does not walk the table.
+    mapped: u64,
 }
 
 impl DmaSpace {
@@ -279,6 +281,7 @@ impl DmaSpace {
                 writable,
             },
         );
+        self.mapped += size;
         self.merge_at(iova);
         Ok(())
     }
@@ -350,17 +353,19 @@ impl DmaSpace {
             removed += run_end.min(end) - start.max(iova);
         }
         self.drop_unused_backings();
+        self.mapped -= removed;
         removed
     }
 
     /// Forgets every mapping (device reset, client gone).
     pub fn clear(&mut self) {
+        self.mapped = 0;
         self.runs.clear();
         self.backings.clear();
     }
 
     pub fn mapped_bytes(&self) -> u64 {
-        self.runs.values().map(|run| run.len).sum()
+        self.mapped
     }
 
     /// A snapshot of `[iova, iova + len)` to read without holding whatever guards `self`.
@@ -637,10 +642,18 @@ mod tests {
             .map(0x10_0000, 4 * PAGE, Some(ram.dup_file().unwrap()), 0, true)
             .unwrap();
         assert_eq!(space.unmap(0x10_0000 + PAGE, PAGE), PAGE);
+        assert_eq!(space.mapped_bytes(), 3 * PAGE);
         assert!(space.is_writable(0x10_0000, PAGE));
         assert!(!space.is_writable(0x10_0000 + PAGE, 1));
         space.write(0x10_0000 + 2 * PAGE, &[7]).unwrap();
         assert_eq!(ram.read(2 * PAGE, 1).unwrap(), vec![7]);
+        let file = Some(ram.dup_file().unwrap());
+        space.map(0x10_0000, 2 * PAGE, file, 0, true).unwrap();
+        assert_eq!(
+            space.mapped_bytes(),
+            4 * PAGE,
+            "a re-map over a run and a hole"
+        );
     }
 
     #[test]

@@ -532,6 +532,15 @@ impl Tracker {
     pub fn summaries(&self) -> Vec<DmbSummary> {
         self.dmbs.values().map(|l| l.summary.clone()).collect()
     }
+
+    /// The tokens known, for a snapshot taken one DMB at a time.
+    pub fn tokens(&self) -> Vec<u64> {
+        self.dmbs.keys().copied().collect()
+    }
+
+    pub fn summary(&self, token: u64) -> Option<DmbSummary> {
+        self.dmbs.get(&token).map(|l| l.summary.clone())
+    }
 }
 
 #[cfg(test)]

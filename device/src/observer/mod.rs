@@ -386,8 +386,14 @@ impl Observer {
         rx
     }
 
+    /// Every DMB's summary. Taken one DMB at a time: moves take the same lock (under the
+    /// fabric's), so a snapshot must not hold it for all 4095 DMBs at once.
     pub fn summaries(&self) -> Vec<DmbSummary> {
-        self.tracker().summaries()
+        let tokens = self.tracker().tokens();
+        tokens
+            .into_iter()
+            .filter_map(|token| self.tracker().summary(token))
+            .collect()
     }
 }
 
