@@ -115,13 +115,29 @@ fn sigterm_shuts_down_cleanly_and_removes_every_socket() {
     assert!(!dir.join("ctl").exists());
 }
 
-/// `ism-emu observe WHAT` against a fresh emulator with functions ism0 and ism1.
-fn observe_fresh(what: &str) -> Output {
+/// A serving emulator (functions ism0 and ism1), its directory and its control socket.
+fn serving() -> (TempDir, Running, std::path::PathBuf) {
     let dir = tempdir();
-    let _child = serve(dir.as_path());
+    let child = serve(dir.as_path());
     let ctl = dir.as_path().join("ctl");
     assert!(wait_for(&ctl));
+    (dir, child, ctl)
+}
+
+/// `ism-emu observe WHAT` against a fresh emulator with functions ism0 and ism1.
+fn observe_fresh(what: &str) -> Output {
+    let (_dir, _child, ctl) = serving();
     run(&["observe", "--control", ctl.to_str().unwrap(), what])
+}
+
+/// `observe json` succeeds: the control socket answers.
+fn assert_answers(ctl: &Path) {
+    let out = run(&["observe", "--control", ctl.to_str().unwrap(), "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -205,9 +221,7 @@ fn context_switches(pid: u32) -> u64 {
 
 #[test]
 fn an_idle_emulator_does_not_wake_up() {
-    let dir = tempdir();
-    let child = serve(dir.as_path());
-    assert!(wait_for(&dir.as_path().join("ctl")));
+    let (_dir, child, _ctl) = serving();
     std::thread::sleep(Duration::from_millis(300));
     let before = context_switches(child.0.id());
     std::thread::sleep(Duration::from_secs(1));
@@ -222,12 +236,9 @@ fn mode(path: &Path) -> u32 {
 
 #[test]
 fn every_socket_is_for_the_emulators_user_only() {
-    let dir = tempdir();
-    let dir = dir.as_path();
-    let _child = serve(dir);
-    assert!(wait_for(&dir.join("ctl")));
+    let (dir, _child, _ctl) = serving();
     for name in ["a.sock", "b.sock", "ctl"] {
-        assert_eq!(mode(&dir.join(name)), 0o600, "{name}");
+        assert_eq!(mode(&dir.as_path().join(name)), 0o600, "{name}");
     }
 }
 
@@ -268,10 +279,7 @@ fn rss_kib(pid: u32) -> u64 {
 fn control_clients_that_never_finish_their_line_are_bounded() {
     use std::io::Write;
     use std::os::unix::net::UnixStream;
-    let dir = tempdir();
-    let child = serve(dir.as_path());
-    let ctl = dir.as_path().join("ctl");
-    assert!(wait_for(&ctl));
+    let (_dir, child, ctl) = serving();
     let pid = child.0.id();
     let (threads_before, rss_before) = (threads(pid), rss_kib(pid));
     // One client that sends 16 MiB without a newline.
@@ -303,12 +311,7 @@ fn control_clients_that_never_finish_their_line_are_bounded() {
     assert!(rss_during < rss_before + 8 * 1024, "RSS {rss_during} KiB");
     // Once their deadline has passed, the emulator answers again.
     std::thread::sleep(Duration::from_millis(2500));
-    let out = run(&["observe", "--control", ctl.to_str().unwrap(), "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_answers(&ctl);
     drop(idle);
 }
 
@@ -316,20 +319,12 @@ fn control_clients_that_never_finish_their_line_are_bounded() {
 fn followers_that_leave_give_their_slots_back_without_waiting_for_an_event() {
     use std::io::Write;
     use std::os::unix::net::UnixStream;
-    let dir = tempdir();
-    let _child = serve(dir.as_path());
-    let ctl = dir.as_path().join("ctl");
-    assert!(wait_for(&ctl));
+    let (_dir, _child, ctl) = serving();
     for _ in 0..20 {
         let mut follower = UnixStream::connect(&ctl).unwrap();
         writeln!(follower, "follow").unwrap();
     }
     // No guest, so no event: the slots must come back by themselves.
     std::thread::sleep(Duration::from_millis(1500));
-    let out = run(&["observe", "--control", ctl.to_str().unwrap(), "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_answers(&ctl);
 }
