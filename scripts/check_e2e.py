@@ -108,26 +108,39 @@ def main():
 
     reuses = sum(d["reuses"] for d in dmbs)
     stale = sum(d["stale_reuses"] for d in dmbs)
-    delays = sorted(x for d in dmbs for x in d["zero_delays_ms"])
-    at_release = sum(1 for x in delays if x <= RELEASE_WINDOW_MS)
+    # zero_delays_ms is a histogram: counts[i] delays <= le_ms[i] (and > le_ms[i-1]).
+    def within(hist, ms):
+        return sum(n for le, n in zip(hist["le_ms"], hist["counts"]) if le <= ms)
+    if dmbs and RELEASE_WINDOW_MS not in dmbs[0]["zero_delays_ms"]["le_ms"]:
+        errors.append(f"zero_delays_ms has no bucket bound at {RELEASE_WINDOW_MS} ms")
+    hists = [d["zero_delays_ms"] for d in dmbs]
+    zeroings = sum(h["count"] for h in hists)
+    at_release = sum(within(h, RELEASE_WINDOW_MS) for h in hists)
     conns_seen = sum(d["connections"] for d in dmbs)
     print()
     print(f"host view: {len(dmbs)} DMBs, {conns_seen} connections, {reuses} reuses ({stale} stale), "
-          f"{len(delays)} zeroings after close, {at_release} within {RELEASE_WINDOW_MS:.0f} ms")
-    if delays:
-        pick = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]
-        print(f"zeroing delay after close (ms): min {delays[0]:.1f}  median {pick(0.5):.1f}  "
-              f"p90 {pick(0.9):.1f}  max {delays[-1]:.1f}")
+          f"{zeroings} zeroings after close, {at_release} within {RELEASE_WINDOW_MS:.0f} ms")
+    if zeroings:
+        bounds = hists[0]["le_ms"]
+        totals = [sum(h["counts"][i] for h in hists) for i in range(len(bounds))]
+        buckets = "  ".join(f"<={le:g}:{n}" for le, n in zip(bounds, totals) if n)
+        over = sum(h["over"] for h in hists)
+        worst = max(h["max_ms"] for h in hists if h["max_ms"] is not None)
+        print(f"zeroing delay after close (ms): {buckets}{f'  over:{over}' if over else ''}  max {worst:.1f}")
 
+    unchecked = sum(d.get("unchecked_reuses", 0) for d in dmbs)
+    if unchecked:
+        errors.append(f"{unchecked} reuse(s) not checked (DMB unreadable or over the read budget)")
     if args.variant == "stock":
         if stale:
             errors.append(f"stock kernel: {stale} stale reuse(s)")
         for d in dmbs:
-            late = [x for x in d["zero_delays_ms"] if x > RELEASE_WINDOW_MS]
+            hist = d["zero_delays_ms"]
+            late = hist["count"] - within(hist, RELEASE_WINDOW_MS)
             if d["reuses"] and d["zeroed_after_close"] < d["reuses"]:
                 errors.append(f"stock kernel: DMB {d['token']} reused {d['reuses']}x but zeroed after close only {d['zeroed_after_close']}x")
             if late:
-                errors.append(f"stock kernel: DMB {d['token']} zeroed late after close: {late} ms")
+                errors.append(f"stock kernel: DMB {d['token']} zeroed late after close {late}x (max {hist['max_ms']:.1f} ms)")
     elif args.variant == "prezero":
         if reuses == 0:
             errors.append("prezero kernel: no reuse seen")
