@@ -85,7 +85,7 @@ readme-check: images emulator
 test: lint unit qemu-smoke e2e e2e-variants e2e-matrix readme-check
 
 # README's two commands in a minimal Debian 12 root with an empty cache: proves that the
-# project's own files install everything they need (CI runs it after `make test`).
+# project's own files install everything they need (CI runs it before `make test`).
 fresh-check:
 	scripts/fresh-check.sh
 

@@ -12,6 +12,8 @@
 # Environment: FRESH_DIR (default $BUILD_DIR/fresh: the root, the logs, times.txt),
 #   FRESH_COMMANDS (default "make demo;make test"), FRESH_KEEP=1 keeps the root after a
 #   pass (it is always kept after a failure, for a look inside, until the next run),
+#   FRESH_ADOPT=1 moves the root's cache entries that $CACHE_DIR lacks into it after a
+#   pass (CI: the host's `make test` then reuses them instead of building them again),
 #   DEBIAN_MIRROR (see scripts/lib.sh).
 # Only HEAD is checked: uncommitted changes are not part of the clone.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -77,6 +79,28 @@ envs=(HOME=/root LANG=C.UTF-8 TERM=dumb USER=root
     "PATH=$SYSROOT/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 while IFS= read -r v; do envs+=("$v"); done < <(env | grep -E '^(PIP_[A-Z_]+|https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)=' || true)
 
+# adopt_cache FROM TO: moves every cache entry FROM has and TO lacks into TO. Entries
+# (qemu/<key>, kernel/<result>, kernel/work/<version>, ...) are named after a hash or
+# version of their exact inputs, so what the fresh root built is what a build on the
+# host would build. Only the folders that hold entries are entered; an entry the host
+# has is never touched, nor one being written (*.tmp), a lock or a stamp.
+adopt_cache() {
+    local from="$1" to="$2" rel="${3:-}" e name
+    for e in "$from"/*; do
+        [ -e "$e" ] || continue
+        name="${e##*/}"
+        case "$name" in *.tmp|lock) continue ;; esac
+        if [ ! -e "$to/$name" ]; then
+            mkdir -p "$to" && mv -T "$e" "$to/$name" && printf '  adopted %s\n' "$rel$name" >&2
+        else
+            case "$rel$name" in
+                qemu|qemu/source|qemu/tools|kernel|kernel/work|initramfs)
+                    adopt_cache "$e" "$to/$name" "$rel$name/" ;;
+            esac
+        fi
+    done
+}
+
 # in_root CMD: runs CMD (a shell command line) in /work/main of the root, in a private
 # mount and pid namespace: /dev, /proc, the toolchain and shared/ are mounted there only
 # for the command's lifetime, and every process it leaves is ended with it.
@@ -117,6 +141,10 @@ for cmd in "${commands[@]}"; do
     step "fresh-check: '$cmd' passed in $took s"
 done
 
+if [ "${FRESH_ADOPT:-0}" = 1 ]; then
+    step "fresh-check: handing the fresh root's cache entries to $CACHE_DIR (where it has none of the same inputs)"
+    adopt_cache "$ROOT/root/.cache/ism-emu" "$CACHE_DIR"
+fi
 if [ "${FRESH_KEEP:-0}" != 1 ]; then
     step "fresh-check: removing $ROOT"
     rm -rf "$ROOT"

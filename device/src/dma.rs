@@ -7,6 +7,8 @@
 //! runs. Unmaps arrive coalesced into power-of-two ranges that may cover many maps or
 //! part of one, so unmap has range semantics and splits runs as needed.
 //!
+//! Only memfds sealed against shrinking are mapped: a truncated mapping would fault.
+//!
 //! Every access is bounds-checked twice: against the IOVA table (an unmapped byte is an
 //! error, never a fault) and by vm-memory's `VolatileSlice` against the mapping.
 
@@ -16,6 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use vm_memory::bitmap::BS;
 use vm_memory::mmap::MmapRegion;
 use vm_memory::volatile_memory::VolatileSlice;
@@ -28,6 +31,10 @@ pub enum DmaError {
     NoFd,
     #[error("cannot inspect the DMA_MAP file descriptor")]
     Stat(#[source] std::io::Error),
+    #[error(
+        "guest memory file is not sealed against shrinking (memory-backend-memfd with seal=on)"
+    )]
+    NotSealed,
     #[error("DMA_MAP of {size:#x} bytes at file offset {offset:#x} exceeds the {file_len:#x}-byte backing file")]
     OutsideFile {
         offset: u64,
@@ -38,8 +45,12 @@ pub enum DmaError {
     BadRange { iova: u64, size: u64 },
     #[error("cannot map the guest memory file")]
     Mmap(#[source] vm_memory::mmap::MmapRegionError),
+    #[error("more than {0} separate DMA mappings")]
+    TooManyRuns(usize),
     #[error("IOVA {iova:#x} (+{len:#x}) is not mapped")]
     Unmapped { iova: u64, len: u64 },
+    #[error("IOVA {iova:#x} (+{len:#x}) is mapped read-only")]
+    ReadOnly { iova: u64, len: u64 },
 }
 
 pub type Result<T> = std::result::Result<T, DmaError>;
@@ -56,13 +67,141 @@ impl Backing {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
 /// A run of IOVA space backed by contiguous bytes of one file.
 #[derive(Clone)]
 struct Run {
     len: u64,
     backing: Arc<Backing>,
     file_offset: u64,
+    /// DMA_MAP asked for write access; the device never writes a run without it.
+    writable: bool,
 }
+
+/// A snapshot of `[iova, iova + len)`: the pieces of guest memory it mapped to when it
+/// was taken, kept alive by their backings. Reading it needs no lock; if the guest
+/// unmaps or remaps meanwhile, the view still reads the memory it was taken of (never
+/// freed memory, never outside it).
+pub struct DmaView {
+    pieces: Vec<(Arc<Backing>, u64, u64)>,
+    len: u64,
+}
+
+/// What a scan of a view found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// Every byte of the scanned range is zero.
+    Zero,
+    /// The first nonzero byte, as an offset into the view.
+    Dirty(u64),
+}
+
+impl DmaView {
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Calls `f(slice)` for each piece of `[offset, offset + len)` of the view, in order.
+    fn for_each(
+        &self,
+        offset: u64,
+        len: u64,
+        mut f: impl FnMut(VolatileSlice<'_, BS<'_, ()>>) -> bool,
+    ) -> Result<()> {
+        let out_of_view = || DmaError::Unmapped { iova: offset, len };
+        let end = offset.checked_add(len).ok_or_else(out_of_view)?;
+        if end > self.len {
+            return Err(out_of_view());
+        }
+        let mut piece_start = 0u64;
+        for (backing, file_offset, piece_len) in &self.pieces {
+            let piece_end = piece_start + piece_len;
+            let from = offset.max(piece_start);
+            let to = end.min(piece_end);
+            if from < to {
+                let n = usize::try_from(to - from).map_err(|_| out_of_view())?;
+                let slice = backing
+                    .slice(file_offset + (from - piece_start), n)
+                    .ok_or_else(out_of_view)?;
+                if !f(slice) {
+                    break;
+                }
+            }
+            piece_start = piece_end;
+        }
+        Ok(())
+    }
+
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let mut pos = 0usize;
+        self.for_each(offset, buf.len() as u64, |slice| {
+            let n = slice.len();
+            slice.copy_to(&mut buf[pos..pos + n]);
+            pos += n;
+            true
+        })
+    }
+
+    /// Scans `[offset, offset + len)` page by page for a nonzero byte, stopping there.
+    pub fn scan(&self, offset: u64, len: u64) -> Result<Scan> {
+        let mut page = [0u8; 4096];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(page.len() as u64) as usize;
+            self.read(offset + done, &mut page[..n])?;
+            // An OR over the page vectorises; the position is needed only once.
+            if page[..n].iter().fold(0u8, |acc, &b| acc | b) != 0 {
+                let at = page[..n].iter().position(|&b| b != 0).unwrap_or(0);
+                return Ok(Scan::Dirty(offset + done + at as u64));
+            }
+            done += n as u64;
+        }
+        Ok(Scan::Zero)
+    }
+
+    /// How many bytes of the whole view are nonzero, and the first of them.
+    pub fn nonzero(&self) -> Result<(u64, Option<u64>)> {
+        let mut page = [0u8; 4096];
+        let (mut count, mut first) = (0u64, None);
+        let mut done = 0u64;
+        while done < self.len {
+            let n = (self.len - done).min(page.len() as u64) as usize;
+            self.read(done, &mut page[..n])?;
+            if page[..n].iter().fold(0u8, |acc, &b| acc | b) != 0 {
+                let dirty = page[..n].iter().filter(|&&b| b != 0).count() as u64;
+                if first.is_none() {
+                    let at = page[..n].iter().position(|&b| b != 0).unwrap_or(0);
+                    first = Some(done + at as u64);
+                }
+                count += dirty;
+            }
+            done += n as u64;
+        }
+        Ok((count, first))
+    }
+}
+
+impl Run {
+    /// Whether `self` starts in the file exactly where `before` ends.
+    fn continues(&self, before: &Run) -> bool {
+        Arc::ptr_eq(&self.backing, &before.backing)
+            && before.file_offset + before.len == self.file_offset
+            && self.writable == before.writable
+    }
+}
+
+/// Most IOVA runs one function may have (after merging neighbours): bounds the table a
+/// client can grow with DMA_MAPs of scattered pages.
+pub const MAX_RUNS: usize = 1 << 16;
 
 /// File identity: duplicate fds of one memfd share it.
 type FileKey = (u64, u64);
@@ -72,6 +211,8 @@ type FileKey = (u64, u64);
 pub struct DmaSpace {
     runs: BTreeMap<u64, Run>,
     backings: HashMap<FileKey, Arc<Backing>>,
+    /// The sum of the runs' lengths, kept so a snapshot does not walk the table.
+    mapped: u64,
 }
 
 impl DmaSpace {
@@ -80,8 +221,16 @@ impl DmaSpace {
     }
 
     /// Maps `size` bytes of `file` starting at `offset` at `iova`, replacing whatever was
-    /// mapped there before (QEMU re-maps a page when the guest re-translates it).
-    pub fn map(&mut self, iova: u64, size: u64, file: Option<File>, offset: u64) -> Result<()> {
+    /// mapped there before (QEMU re-maps a page when the guest re-translates it). A
+    /// mapping that is not `writable` is only ever read.
+    pub fn map(
+        &mut self,
+        iova: u64,
+        size: u64,
+        file: Option<File>,
+        offset: u64,
+        writable: bool,
+    ) -> Result<()> {
         check_range(iova, size)?;
         let file = file.ok_or(DmaError::NoFd)?;
         let meta = file.metadata().map_err(DmaError::Stat)?;
@@ -97,6 +246,15 @@ impl DmaSpace {
         let backing = match self.backings.get(&key) {
             Some(backing) => Arc::clone(backing),
             None => {
+                // Mapped memory that the file's owner truncates faults (SIGBUS) on the
+                // next access, killing the whole emulator: only files sealed against
+                // shrinking are mapped (QEMU's memory-backend-memfd seals by default).
+                let seals = fcntl(&file, FcntlArg::F_GET_SEALS)
+                    .map(SealFlag::from_bits_truncate)
+                    .unwrap_or(SealFlag::empty());
+                if !seals.contains(SealFlag::F_SEAL_SHRINK) {
+                    return Err(DmaError::NotSealed);
+                }
                 let len = usize::try_from(file_len).map_err(|_| DmaError::OutsideFile {
                     offset,
                     size,
@@ -110,15 +268,53 @@ impl DmaSpace {
             }
         };
         self.unmap(iova, size);
+        if self.runs.len() >= MAX_RUNS {
+            self.drop_unused_backings();
+            return Err(DmaError::TooManyRuns(MAX_RUNS));
+        }
         self.runs.insert(
             iova,
             Run {
                 len: size,
                 backing,
                 file_offset: offset,
+                writable,
             },
         );
+        self.mapped += size;
+        self.merge_at(iova);
         Ok(())
+    }
+
+    /// Joins the run at `iova` with its neighbours where they continue one another in
+    /// the same file: QEMU maps page by page, so a 1 MiB DMB becomes one run, not 256.
+    fn merge_at(&mut self, iova: u64) {
+        let mut start = iova;
+        if let Some((&prev_start, prev)) = self.runs.range(..iova).next_back() {
+            let run = &self.runs[&iova];
+            if prev_start + prev.len == iova && run.continues(prev) {
+                let len = run.len;
+                self.runs.remove(&iova);
+                if let Some(prev) = self.runs.get_mut(&prev_start) {
+                    prev.len += len;
+                }
+                start = prev_start;
+            }
+        }
+        let Some(end) = self.runs.get(&start).map(|run| start + run.len) else {
+            return;
+        };
+        let joins = match (self.runs.get(&end), self.runs.get(&start)) {
+            (Some(next), Some(run)) => next.continues(run),
+            _ => false,
+        };
+        if joins {
+            if let Some(next) = self.runs.remove(&end) {
+                if let Some(run) = self.runs.get_mut(&start) {
+                    run.len += next.len;
+                }
+            }
+        }
     }
 
     /// Removes every mapping inside `[iova, iova + size)`, splitting runs that straddle
@@ -157,26 +353,41 @@ impl DmaSpace {
             removed += run_end.min(end) - start.max(iova);
         }
         self.drop_unused_backings();
+        self.mapped -= removed;
         removed
     }
 
     /// Forgets every mapping (device reset, client gone).
     pub fn clear(&mut self) {
+        self.mapped = 0;
         self.runs.clear();
         self.backings.clear();
     }
 
     pub fn mapped_bytes(&self) -> u64 {
-        self.runs.values().map(|run| run.len).sum()
+        self.mapped
     }
 
-    /// True when every byte of `[iova, iova + len)` is mapped.
-    pub fn is_mapped(&self, iova: u64, len: u64) -> bool {
-        self.for_each_segment(iova, len, |_, _| Ok(())).is_ok()
+    /// A snapshot of `[iova, iova + len)` to read without holding whatever guards `self`.
+    pub fn view(&self, iova: u64, len: u64) -> Result<DmaView> {
+        let mut pieces = Vec::with_capacity(1);
+        self.for_each_run(iova, len, Access::Read, |backing, offset, n| {
+            pieces.push((Arc::clone(backing), offset, n));
+        })?;
+        Ok(DmaView { pieces, len })
+    }
+
+    /// True when every byte of `[iova, iova + len)` is mapped for the device to write
+    /// (the SBA, the IEQ and DMBs are).
+    pub fn is_writable(&self, iova: u64, len: u64) -> bool {
+        len > 0
+            && self
+                .for_each_run(iova, len, Access::Write, |_, _, _| {})
+                .is_ok()
     }
 
     pub fn write(&self, iova: u64, data: &[u8]) -> Result<()> {
-        self.for_each_segment(iova, data.len() as u64, |slice, pos| {
+        self.for_each_segment(iova, data.len() as u64, Access::Write, |slice, pos| {
             slice.copy_from(&data[pos..pos + slice.len()]);
             Ok(())
         })
@@ -184,27 +395,11 @@ impl DmaSpace {
 
     pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
-        self.for_each_segment(iova, len, |slice, pos| {
+        self.for_each_segment(iova, len, Access::Read, |slice, pos| {
             let n = slice.len();
             slice.copy_to(&mut buf[pos..pos + n]);
             Ok(())
         })
-    }
-
-    /// The offset of the first nonzero byte in `[iova, iova + len)`, reading page by page
-    /// and stopping there (the zeroing watcher calls this often on large DMBs).
-    pub fn first_nonzero(&self, iova: u64, len: u64) -> Result<Option<u64>> {
-        let mut page = [0u8; 4096];
-        let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(page.len() as u64) as usize;
-            self.read(iova + done, &mut page[..n])?;
-            if let Some(at) = page[..n].iter().position(|&b| b != 0) {
-                return Ok(Some(done + at as u64));
-            }
-            done += n as u64;
-        }
-        Ok(None)
     }
 
     pub fn write_u64_be(&self, iova: u64, value: u64) -> Result<()> {
@@ -214,7 +409,7 @@ impl DmaSpace {
     /// Atomically ORs `mask` into the byte at `iova`: the guest clears status bits with
     /// atomic instructions while the device sets others in the same word.
     pub fn fetch_or_u8(&self, iova: u64, mask: u8) -> Result<u8> {
-        let (backing, offset) = self.locate(iova, 1)?;
+        let (backing, offset) = self.locate(iova, 1, Access::Write)?;
         let slice = backing
             .slice(offset, 1)
             .ok_or(DmaError::Unmapped { iova, len: 1 })?;
@@ -225,12 +420,15 @@ impl DmaSpace {
     }
 
     /// Finds the run holding `[iova, iova + len)` when it lies in one run.
-    fn locate(&self, iova: u64, len: u64) -> Result<(&Backing, u64)> {
+    fn locate(&self, iova: u64, len: u64, access: Access) -> Result<(&Backing, u64)> {
         let unmapped = DmaError::Unmapped { iova, len };
         let (start, run) = self.runs.range(..=iova).next_back().ok_or(unmapped)?;
         let within = iova - start;
         if within.checked_add(len).is_none_or(|end| end > run.len) {
             return Err(DmaError::Unmapped { iova, len });
+        }
+        if access == Access::Write && !run.writable {
+            return Err(DmaError::ReadOnly { iova, len });
         }
         Ok((&run.backing, run.file_offset + within))
     }
@@ -241,14 +439,39 @@ impl DmaSpace {
         &self,
         iova: u64,
         len: u64,
+        access: Access,
         mut f: impl FnMut(VolatileSlice<'_, BS<'_, ()>>, usize) -> Result<()>,
     ) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
         let unmapped = || DmaError::Unmapped { iova, len };
-        iova.checked_add(len).ok_or_else(unmapped)?;
         let mut pieces = Vec::with_capacity(1);
+        self.for_each_run(iova, len, access, |backing, offset, n| {
+            pieces.push((backing, offset, n))
+        })?;
+        let mut pos = 0usize;
+        for (backing, offset, n) in pieces {
+            let n = usize::try_from(n).map_err(|_| unmapped())?;
+            let slice = backing.slice(offset, n).ok_or_else(unmapped)?;
+            f(slice, pos)?;
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Calls `f(backing, file offset, length)` for each run piece of `[iova, iova + len)`
+    /// after checking the range does not wrap; fails at the first unmapped byte (or, for
+    /// a write, the first read-only one).
+    fn for_each_run<'a>(
+        &'a self,
+        iova: u64,
+        len: u64,
+        access: Access,
+        mut f: impl FnMut(&'a Arc<Backing>, u64, u64),
+    ) -> Result<()> {
+        let unmapped = || DmaError::Unmapped { iova, len };
+        iova.checked_add(len).ok_or_else(unmapped)?;
         let (mut cursor, mut left) = (iova, len);
         while left > 0 {
             let (start, run) = self
@@ -260,17 +483,13 @@ impl DmaSpace {
             if within >= run.len {
                 return Err(unmapped());
             }
+            if access == Access::Write && !run.writable {
+                return Err(DmaError::ReadOnly { iova, len });
+            }
             let n = left.min(run.len - within);
-            pieces.push((&run.backing, run.file_offset + within, n));
+            f(&run.backing, run.file_offset + within, n);
             cursor += n;
             left -= n;
-        }
-        let mut pos = 0usize;
-        for (backing, offset, n) in pieces {
-            let n = usize::try_from(n).map_err(|_| unmapped())?;
-            let slice = backing.slice(offset, n).ok_or_else(unmapped)?;
-            f(slice, pos)?;
-            pos += n;
         }
         Ok(())
     }
@@ -305,10 +524,87 @@ mod tests {
                     PAGE,
                     Some(ram.dup_file().unwrap()),
                     i * PAGE,
+                    true,
                 )
                 .unwrap();
         }
         space
+    }
+
+    #[test]
+    fn page_by_page_maps_of_contiguous_file_bytes_merge_into_one_run() {
+        let ram = GuestRam::new(16 * PAGE).unwrap();
+        let mut space = space_with_pages(&ram, 0x1_0000_0000, 8);
+        assert_eq!(space.runs.len(), 1);
+        // Out of order: the gap closes and all three join.
+        space.unmap(0x1_0000_0000 + 3 * PAGE, PAGE);
+        assert_eq!(space.runs.len(), 2);
+        let file = Some(ram.dup_file().unwrap());
+        space
+            .map(0x1_0000_0000 + 3 * PAGE, PAGE, file, 3 * PAGE, true)
+            .unwrap();
+        assert_eq!(space.runs.len(), 1);
+        // Not contiguous in the file: separate runs.
+        let file = Some(ram.dup_file().unwrap());
+        space
+            .map(0x1_0000_0000 + 8 * PAGE, PAGE, file, 0, true)
+            .unwrap();
+        assert_eq!(space.runs.len(), 2);
+    }
+
+    #[test]
+    fn the_run_table_is_capped() {
+        let ram = GuestRam::new(2 * PAGE).unwrap();
+        let mut space = DmaSpace::new();
+        let mut refused = None;
+        // Every other page of the IOVA space, from file offset 0: nothing merges.
+        for i in 0..=MAX_RUNS as u64 {
+            let file = Some(ram.dup_file().unwrap());
+            if let Err(e) = space.map(i * 2 * PAGE, PAGE, file, 0, true) {
+                refused = Some((i, e));
+                break;
+            }
+        }
+        let (at, err) = refused.expect("no cap");
+        assert_eq!(at, MAX_RUNS as u64);
+        assert!(matches!(err, DmaError::TooManyRuns(_)), "{err:?}");
+    }
+
+    #[test]
+    fn a_view_reads_the_memory_it_was_taken_of_after_an_unmap() {
+        let ram = GuestRam::new(4 * PAGE).unwrap();
+        let mut space = space_with_pages(&ram, 0x1_0000_0000, 4);
+        ram.write(3 * PAGE + 10, &[7]).unwrap();
+        let view = space.view(0x1_0000_0000 + 2 * PAGE, 2 * PAGE).unwrap();
+        space.clear();
+        assert_eq!(view.scan(0, 2 * PAGE).unwrap(), Scan::Dirty(PAGE + 10));
+        assert_eq!(view.scan(0, PAGE).unwrap(), Scan::Zero);
+        assert_eq!(view.nonzero().unwrap(), (1, Some(PAGE + 10)));
+        assert!(view.read(PAGE, &mut [0; 4097]).is_err(), "past the view");
+    }
+
+    #[test]
+    fn a_read_only_mapping_is_read_never_written() {
+        let ram = GuestRam::new(2 * PAGE).unwrap();
+        let mut space = DmaSpace::new();
+        let file = Some(ram.dup_file().unwrap());
+        space.map(0x4000, 2 * PAGE, file, 0, true).unwrap();
+        let file = Some(ram.dup_file().unwrap());
+        space.map(0x5000, PAGE, file, PAGE, false).unwrap();
+        ram.write(PAGE, &[5]).unwrap();
+        let err = space.write(0x5000 - 2, &[1, 2, 3]);
+        assert!(matches!(err, Err(DmaError::ReadOnly { .. })), "{err:?}");
+        assert!(space.fetch_or_u8(0x5000, 1).is_err());
+        assert_eq!(
+            ram.read(PAGE - 2, 3).unwrap(),
+            vec![0, 0, 5],
+            "nothing written"
+        );
+        assert!(!space.is_writable(0x4000, 2 * PAGE));
+        assert_eq!(
+            space.view(0x5000, 1).unwrap().nonzero().unwrap(),
+            (1, Some(0))
+        );
     }
 
     #[test]
@@ -343,13 +639,21 @@ mod tests {
         let ram = GuestRam::new(16 * PAGE).unwrap();
         let mut space = DmaSpace::new();
         space
-            .map(0x10_0000, 4 * PAGE, Some(ram.dup_file().unwrap()), 0)
+            .map(0x10_0000, 4 * PAGE, Some(ram.dup_file().unwrap()), 0, true)
             .unwrap();
         assert_eq!(space.unmap(0x10_0000 + PAGE, PAGE), PAGE);
-        assert!(space.is_mapped(0x10_0000, PAGE));
-        assert!(!space.is_mapped(0x10_0000 + PAGE, 1));
+        assert_eq!(space.mapped_bytes(), 3 * PAGE);
+        assert!(space.is_writable(0x10_0000, PAGE));
+        assert!(!space.is_writable(0x10_0000 + PAGE, 1));
         space.write(0x10_0000 + 2 * PAGE, &[7]).unwrap();
         assert_eq!(ram.read(2 * PAGE, 1).unwrap(), vec![7]);
+        let file = Some(ram.dup_file().unwrap());
+        space.map(0x10_0000, 2 * PAGE, file, 0, true).unwrap();
+        assert_eq!(
+            space.mapped_bytes(),
+            4 * PAGE,
+            "a re-map over a run and a hole"
+        );
     }
 
     #[test]
@@ -365,7 +669,7 @@ mod tests {
     fn map_beyond_the_file_is_rejected() {
         let ram = GuestRam::new(PAGE).unwrap();
         let mut space = DmaSpace::new();
-        let err = space.map(0x1000, 2 * PAGE, Some(ram.dup_file().unwrap()), 0);
+        let err = space.map(0x1000, 2 * PAGE, Some(ram.dup_file().unwrap()), 0, true);
         assert!(matches!(err, Err(DmaError::OutsideFile { .. })));
     }
 
@@ -373,20 +677,8 @@ mod tests {
     fn wrapping_range_is_rejected() {
         let ram = GuestRam::new(PAGE).unwrap();
         let mut space = DmaSpace::new();
-        let err = space.map(u64::MAX - 10, PAGE, Some(ram.dup_file().unwrap()), 0);
+        let err = space.map(u64::MAX - 10, PAGE, Some(ram.dup_file().unwrap()), 0, true);
         assert!(matches!(err, Err(DmaError::BadRange { .. })));
-    }
-
-    #[test]
-    fn first_nonzero_finds_the_first_dirty_byte_across_pages() {
-        let ram = GuestRam::new(16 * PAGE).unwrap();
-        let space = space_with_pages(&ram, 0x1_0000_0000, 4);
-        assert_eq!(space.first_nonzero(0x1_0000_0000, 4 * PAGE).unwrap(), None);
-        ram.write(2 * PAGE + 5, &[1]).unwrap();
-        assert_eq!(
-            space.first_nonzero(0x1_0000_0000, 4 * PAGE).unwrap(),
-            Some(2 * PAGE + 5)
-        );
     }
 
     #[test]

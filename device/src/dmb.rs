@@ -13,6 +13,9 @@ pub struct Dmb {
     pub owner: FunctionId,
     pub owner_gid: u64,
     pub rgid: u64,
+    /// The generation of the function with GID `rgid` when the DMB was registered (None:
+    /// no such function on this fabric). Only that generation may write.
+    pub rgid_generation: Option<u64>,
     pub iova: u64,
     pub len: u32,
     pub sba_idx: u32,

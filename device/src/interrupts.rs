@@ -3,9 +3,15 @@
 //! The ISM driver asks for exactly one MSI vector; QEMU's s390 code only plugs functions
 //! that also offer MSI-X. Whichever of the two the guest enabled has an eventfd here, and
 //! raising the interrupt writes to it. QEMU turns that into an adapter interrupt.
+//! Only eventfds are accepted, and they are written non-blocking: a client that never
+//! reads its eventfd loses interrupts, it does not stall the fabric.
 
 use std::fs::File;
 use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK,
@@ -13,6 +19,8 @@ use vfio_bindings::bindings::vfio::{
     VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX, VFIO_PCI_NUM_IRQS,
 };
 use vfio_user::IrqInfo;
+
+use crate::ratelimit::RateLimit;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum IrqError {
@@ -24,6 +32,23 @@ pub enum IrqError {
     Unsupported(u32),
     #[error("SET_IRQS with {got} file descriptors for {count} vectors")]
     FdCount { got: usize, count: u32 },
+    #[error("the SET_IRQS file descriptor is not an eventfd")]
+    NotEventfd,
+    #[error("cannot make the eventfd non-blocking: {0}")]
+    NonBlocking(nix::Error),
+}
+
+/// Accepts `file` as an interrupt only if it is an eventfd, and makes its writes
+/// non-blocking: a pipe (or a saturated eventfd) must not stall the fabric's lock.
+fn checked_eventfd(file: File) -> Result<File, IrqError> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    if !link.is_ok_and(|target| target.as_os_str() == "anon_inode:[eventfd]") {
+        return Err(IrqError::NotEventfd);
+    }
+    let flags = fcntl(&file, FcntlArg::F_GETFL).map_err(IrqError::NonBlocking)?;
+    let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+    fcntl(&file, FcntlArg::F_SETFL(flags)).map_err(IrqError::NonBlocking)?;
+    Ok(file)
 }
 
 /// The IRQ indexes the function advertises: no INTx, one MSI, one MSI-X vector.
@@ -41,6 +66,7 @@ pub fn irq_infos() -> Vec<IrqInfo> {
 pub struct Interrupts {
     msi: Option<File>,
     msix: Option<File>,
+    lost: RateLimit,
 }
 
 impl Interrupts {
@@ -86,7 +112,7 @@ impl Interrupts {
                         count,
                     });
                 }
-                *slot = fds.pop();
+                *slot = fds.pop().map(checked_eventfd).transpose()?;
                 Ok(())
             }
             _ => Err(IrqError::Unsupported(flags)),
@@ -98,10 +124,15 @@ impl Interrupts {
         let Some(fd) = self.msi.as_mut().or(self.msix.as_mut()) else {
             return false;
         };
-        match fd.write_all(&1u64.to_ne_bytes()) {
-            Ok(()) => true,
-            Err(e) => {
-                log::warn!("interrupt eventfd write failed: {e}");
+        match fd.write(&1u64.to_ne_bytes()) {
+            Ok(8) => true,
+            result => {
+                // A full counter (EAGAIN) means the client never reads its eventfd.
+                if self.lost.allow(Instant::now(), |n| {
+                    log::warn!("{n} more interrupts lost");
+                }) {
+                    log::warn!("interrupt lost: eventfd write gave {result:?}");
+                }
                 false
             }
         }
@@ -120,12 +151,19 @@ impl Interrupts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
-    use std::os::fd::OwnedFd;
+    use nix::sys::eventfd::{EfdFlags, EventFd};
+    use std::os::fd::{AsFd, OwnedFd};
 
     const TRIGGER_EVENTFD: u32 = VFIO_IRQ_SET_ACTION_TRIGGER | VFIO_IRQ_SET_DATA_EVENTFD;
 
-    /// A pipe stands in for the eventfd: each raise writes one 8-byte count to it.
+    /// An eventfd and the file QEMU would send of it.
+    fn eventfd() -> (EventFd, File) {
+        let efd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).unwrap();
+        let file = File::from(efd.as_fd().try_clone_to_owned().unwrap());
+        (efd, file)
+    }
+
+    /// A pipe: what must not be taken for an eventfd.
     fn eventfd_pair() -> (std::io::PipeReader, File) {
         let (reader, writer) = std::io::pipe().unwrap();
         (reader, File::from(OwnedFd::from(writer)))
@@ -140,24 +178,43 @@ mod tests {
     #[test]
     fn raise_signals_the_msi_eventfd() {
         let mut irqs = Interrupts::default();
-        let (efd, file) = eventfd_pair();
+        let (efd, file) = eventfd();
         irqs.set(VFIO_PCI_MSI_IRQ_INDEX, TRIGGER_EVENTFD, 0, 1, vec![file])
             .unwrap();
         assert!(irqs.raise());
         assert!(irqs.raise());
-        let mut efd = efd;
-        let mut counts = [0u8; 16];
-        efd.read_exact(&mut counts).unwrap();
-        assert_eq!(
-            counts,
-            [1u64.to_ne_bytes(), 1u64.to_ne_bytes()].concat()[..]
-        );
+        assert_eq!(efd.read().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_pipe_is_not_taken_for_an_eventfd() {
+        let mut irqs = Interrupts::default();
+        let (_reader, file) = eventfd_pair();
+        let err = irqs.set(VFIO_PCI_MSI_IRQ_INDEX, TRIGGER_EVENTFD, 0, 1, vec![file]);
+        assert_eq!(err, Err(IrqError::NotEventfd));
+    }
+
+    #[test]
+    fn raising_a_saturated_eventfd_loses_the_interrupt_instead_of_blocking() {
+        // A blocking eventfd whose counter a hostile QEMU has filled to the maximum.
+        let efd = EventFd::new().unwrap();
+        efd.write(u64::MAX - 1).unwrap();
+        let file = File::from(efd.as_fd().try_clone_to_owned().unwrap());
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut irqs = Interrupts::default();
+            irqs.set(VFIO_PCI_MSI_IRQ_INDEX, TRIGGER_EVENTFD, 0, 1, vec![file])
+                .unwrap();
+            let _ = done.send(irqs.raise());
+        });
+        let raised = finished.recv_timeout(std::time::Duration::from_secs(2));
+        assert_eq!(raised, Ok(false), "the raise blocked or went out");
     }
 
     #[test]
     fn second_vector_is_refused() {
         let mut irqs = Interrupts::default();
-        let (_efd, file) = eventfd_pair();
+        let (_efd, file) = eventfd();
         let err = irqs.set(VFIO_PCI_MSI_IRQ_INDEX, TRIGGER_EVENTFD, 1, 1, vec![file]);
         assert_eq!(
             err,
@@ -179,7 +236,7 @@ mod tests {
     #[test]
     fn data_none_with_count_zero_disables() {
         let mut irqs = Interrupts::default();
-        let (_efd, file) = eventfd_pair();
+        let (_efd, file) = eventfd();
         irqs.set(VFIO_PCI_MSI_IRQ_INDEX, TRIGGER_EVENTFD, 0, 1, vec![file])
             .unwrap();
         irqs.set(

@@ -12,7 +12,7 @@
 //! - [`ism`]: commands and their wire format, data-move addresses, status block, events;
 //! - [`dma`]: a guest's IOVA space over its shared RAM;
 //! - [`interrupts`]: the one MSI/MSI-X vector;
-//! - [`ratelimit`]: keeps guest-triggered log lines from flooding the host's log.
+//! - [`ratelimit`]: keeps guest-triggered log lines from flooding the host's log; budgets.
 #![forbid(unsafe_code)]
 
 pub mod backend;

@@ -109,9 +109,15 @@ enum CliError {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp_millis()
-        .init();
+    let mut logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    // The vfio_user crate logs every backend error at ERROR, without limit: a guest could
+    // flood the log with rejected moves. The backend logs them itself, rate-limited.
+    // RUST_LOG=vfio_user=... still turns it on.
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("vfio_user")) {
+        logger.filter_module("vfio_user", log::LevelFilter::Off);
+    }
+    logger.format_timestamp_millis().init();
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Serve {
@@ -143,6 +149,8 @@ fn serve(
     control: Option<PathBuf>,
     events: Option<PathBuf>,
 ) -> Result<(), CliError> {
+    // Every socket and file the emulator creates is its user's only.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let file = match events {
         Some(path) => Some(
             std::fs::OpenOptions::new()

@@ -1,5 +1,6 @@
-//! Rate limiting for log lines a guest can cause at will (failed commands, rejected
-//! moves): a misbehaving guest must not be able to flood the host's log.
+//! Rate limiting for what a guest can cause at will: log lines (failed commands, rejected
+//! moves) must not flood the host's log, and work done on its behalf (reads of guest
+//! memory, events queued at a peer) must have a budget.
 
 use std::time::{Duration, Instant};
 
@@ -46,9 +47,61 @@ impl RateLimit {
     }
 }
 
+/// A token bucket: `rate` units per second, at most `burst` saved up.
+#[derive(Debug)]
+pub struct Budget {
+    rate: u64,
+    burst: u64,
+    available: u64,
+    last: Instant,
+}
+
+impl Budget {
+    /// A full bucket.
+    pub fn new(rate: u64, burst: u64) -> Self {
+        Self {
+            rate,
+            burst,
+            available: burst,
+            last: Instant::now(),
+        }
+    }
+
+    /// Takes `n` units if there are that many; false (and nothing taken) if not.
+    pub fn take(&mut self, now: Instant, n: u64) -> bool {
+        let elapsed = now.saturating_duration_since(self.last);
+        let earned = (elapsed.as_secs_f64() * self.rate as f64) as u64;
+        if earned > 0 {
+            self.available = self.available.saturating_add(earned).min(self.burst);
+            self.last = now;
+        }
+        if self.available >= n {
+            self.available -= n;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budget_allows_its_burst_then_its_rate() {
+        let mut budget = Budget::new(1000, 10);
+        let t0 = budget.last;
+        assert!(budget.take(t0, 10));
+        assert!(!budget.take(t0, 1), "burst spent");
+        assert!(budget.take(t0 + Duration::from_millis(5), 5));
+        assert!(!budget.take(t0 + Duration::from_millis(5), 1));
+        assert!(budget.take(t0 + Duration::from_secs(60), 10), "refilled");
+        assert!(
+            !budget.take(t0 + Duration::from_secs(60), 1),
+            "to the burst only"
+        );
+    }
 
     #[test]
     fn lines_beyond_the_budget_are_suppressed_and_counted() {

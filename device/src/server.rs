@@ -1,7 +1,10 @@
-//! Running the emulator: one vfio-user server thread per function socket, and a main
-//! event loop (event-manager) for the control socket, the zeroing watcher and shutdown.
+//! Running the emulator: one vfio-user server thread per function socket, the zeroing
+//! watcher's thread, and a main event loop (event-manager) for the control socket and
+//! shutdown.
 
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,7 +12,6 @@ use std::time::Duration;
 
 use event_manager::{EventManager, EventOps, Events, MutEventSubscriber, SubscriberOps};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::timerfd::TimerFd;
 
 use crate::backend::IsmBackend;
 use crate::control::Control;
@@ -35,6 +37,14 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot make {path} private to its user")]
+    Permissions {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--control {0} exists and is not a socket; refusing to replace it")]
+    ControlNotSocket(PathBuf),
     #[error("event loop")]
     EventLoop(#[source] std::io::Error),
 }
@@ -45,6 +55,18 @@ pub fn spawn_function(fabric: Arc<Fabric>, id: FunctionId, path: &Path) -> Resul
     if path.exists() {
         return Err(ServeError::SocketExists(path.to_path_buf()));
     }
+    let server = listen(path)?;
+    let (name, _) = fabric.identity(id);
+    let path = path.to_path_buf();
+    // The thread lives as long as the process: nothing joins it.
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || serve_function(fabric, id, &name, &path, server))
+        .map_err(ServeError::EventLoop)?;
+    Ok(())
+}
+
+fn listen(path: &Path) -> Result<vfio_user::Server, ServeError> {
     let server =
         vfio_user::Server::new(path, true, irq_infos(), server_regions()).map_err(|source| {
             ServeError::Listen {
@@ -52,22 +74,89 @@ pub fn spawn_function(fabric: Arc<Fabric>, id: FunctionId, path: &Path) -> Resul
                 source,
             }
         })?;
-    let (name, _) = fabric.identity(id);
-    // The thread lives as long as the process: nothing joins it.
-    std::thread::Builder::new()
-        .name(name.clone())
-        .spawn(move || {
-            let mut backend = IsmBackend::new(fabric, id);
-            loop {
-                match server.run(&mut backend) {
-                    Ok(()) => log::info!("{name}: client disconnected"),
-                    Err(e) => log::warn!("{name}: client dropped: {e}"),
-                }
-                backend.disconnect();
+    owner_only(path)?;
+    Ok(server)
+}
+
+/// Makes a socket the emulator created usable by its own user only (`ism-emu serve`
+/// also runs with umask 077, so there is no moment when it is not).
+fn owner_only(path: &Path) -> Result<(), ServeError> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        ServeError::Permissions {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
+}
+
+/// Binds the control socket. A stale socket at `path` is replaced; anything else there
+/// (a file, a live emulator's socket) is refused and left alone.
+fn bind_control(path: &Path) -> Result<UnixListener, ServeError> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(ServeError::ControlNotSocket(path.to_path_buf()));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(ServeError::SocketExists(path.to_path_buf()));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let listener = UnixListener::bind(path).map_err(|source| ServeError::Control {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    owner_only(path)?;
+    Ok(listener)
+}
+
+/// The pause after a client ended in an error, before the next is accepted.
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+/// One client after another. Whatever ends a client — a disconnect, a protocol error,
+/// or a panic in the vfio_user crate or the backend — detaches the function the same
+/// way (its DMBs and mappings dropped, its peers told), and the socket serves the next.
+fn serve_function(
+    fabric: Arc<Fabric>,
+    id: FunctionId,
+    name: &str,
+    path: &Path,
+    mut server: vfio_user::Server,
+) {
+    let mut backend = IsmBackend::new(Arc::clone(&fabric), id);
+    loop {
+        let served = catch_unwind(AssertUnwindSafe(|| server.run(&mut backend)));
+        let clean = matches!(served, Ok(Ok(())));
+        match served {
+            Ok(Ok(())) => log::info!("{name}: client disconnected"),
+            Ok(Err(e)) => log::warn!("{name}: client dropped: {e}"),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                log::error!("{name}: serving the client panicked ({what}); client dropped");
             }
-        })
-        .map_err(ServeError::EventLoop)?;
-    Ok(())
+        }
+        if !clean {
+            // Errors that repeat at once (accept failing, say) must not spin a core.
+            std::thread::sleep(RETRY_PAUSE);
+        }
+        backend.disconnect();
+        // A fresh backend: a panic may have left the old one half-way.
+        backend = IsmBackend::new(Arc::clone(&fabric), id);
+        if !path.exists() {
+            // The socket file went away (removed by hand, or by the crate's Drop):
+            // bind it again so the next QEMU can connect.
+            match listen(path) {
+                Ok(new) => server = new,
+                Err(e) => {
+                    log::error!("{name}: {e}; function no longer served");
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Accepts control clients.
@@ -87,28 +176,22 @@ impl MutEventSubscriber for ControlSubscriber {
     }
 }
 
-/// Looks at closed connections' DMBs for the guest's zeroing.
-struct ZeroWatcher {
-    fabric: Arc<Fabric>,
-    timer: TimerFd,
-}
-
-impl MutEventSubscriber for ZeroWatcher {
-    fn process(&mut self, _events: Events, _ops: &mut EventOps) {
-        let _ = self.timer.wait();
-        self.fabric.poll_zeroing();
-    }
-    fn init(&mut self, ops: &mut EventOps) {
-        if let Err(e) = self
-            .timer
-            .reset(ZERO_POLL_INTERVAL, Some(ZERO_POLL_INTERVAL))
-        {
-            log::error!("zeroing watcher timer: {e}");
-        }
-        if let Err(e) = ops.add(Events::new(&self.timer, EventSet::IN)) {
-            log::error!("zeroing watcher not watched: {e:?}");
-        }
-    }
+/// Starts the zeroing watcher: a thread that sleeps until a DMB's connection closes, then
+/// looks every `ZERO_POLL_INTERVAL` until nothing is watched any more. An idle emulator
+/// wakes up for nothing.
+pub fn spawn_zero_watcher(fabric: Arc<Fabric>, observer: &Observer) -> Result<(), ServeError> {
+    let wake = observer.zero_wakeups();
+    std::thread::Builder::new()
+        .name("zero-watch".into())
+        .spawn(move || {
+            while wake.recv().is_ok() {
+                while fabric.poll_zeroing() > 0 {
+                    std::thread::sleep(ZERO_POLL_INTERVAL);
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(ServeError::EventLoop)
 }
 
 /// Turns SIGINT/SIGTERM into a readable socket for the event loop.
@@ -144,39 +227,26 @@ pub fn run(
         log::info!("{name}: gid {gid:#018x} listening on {}", path.display());
     }
 
+    if let Err(e) = spawn_zero_watcher(Arc::clone(&fabric), &observer) {
+        cleanup(sockets, control_path);
+        return Err(e);
+    }
     let mut manager =
         EventManager::<Arc<Mutex<dyn MutEventSubscriber + Send>>>::new().map_err(|e| {
             cleanup(sockets, control_path);
             ServeError::EventLoop(std::io::Error::other(format!("{e:?}")))
         })?;
     if let Some(path) = control_path {
-        if path.exists() {
-            let _ = std::fs::remove_file(path);
-        }
-        let listener = UnixListener::bind(path).map_err(|source| {
-            cleanup(sockets, None);
-            ServeError::Control {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
+        let listener = bind_control(path).inspect_err(|_| cleanup(sockets, None))?;
         listener
             .set_nonblocking(true)
             .map_err(ServeError::EventLoop)?;
         manager.add_subscriber(Arc::new(Mutex::new(ControlSubscriber {
-            control: Control {
-                fabric: Arc::clone(&fabric),
-                observer,
-            },
+            control: Control::new(Arc::clone(&fabric), observer),
             listener,
         })));
         log::info!("control socket at {}", path.display());
     }
-    let timer = TimerFd::new().map_err(|e| ServeError::EventLoop(e.into()))?;
-    manager.add_subscriber(Arc::new(Mutex::new(ZeroWatcher {
-        fabric: Arc::clone(&fabric),
-        timer,
-    })));
 
     let (rx, tx) = UnixStream::pair().map_err(ServeError::EventLoop)?;
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -189,8 +259,9 @@ pub fn run(
         requested: Arc::clone(&requested),
     })));
 
+    // No timeout: the loop wakes only for a control client or a signal.
     while !requested.load(Ordering::SeqCst) {
-        if let Err(e) = manager.run_with_timeout(1000) {
+        if let Err(e) = manager.run() {
             log::warn!("event loop: {e:?}");
             std::thread::sleep(Duration::from_millis(10));
         }

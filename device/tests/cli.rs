@@ -47,12 +47,16 @@ impl Drop for Running {
     }
 }
 
-/// Runs the binary to completion (at most `PATIENCE`) and returns what it printed.
+/// Runs the binary to completion (at most `PATIENCE`, then it is killed) and returns
+/// what it printed.
 fn run(args: &[&str]) -> Output {
     let mut command = Command::new(BIN);
     command.args(args);
     let mut child = Running::spawn(command.stdout(Stdio::piped()).stderr(Stdio::piped()));
-    let status = child.wait().expect("ism-emu did not exit");
+    let status = child.wait().unwrap_or_else(|| {
+        child.signal(Signal::SIGKILL);
+        child.0.wait().unwrap()
+    });
     let mut output = Output {
         status,
         stdout: Vec::new(),
@@ -111,13 +115,29 @@ fn sigterm_shuts_down_cleanly_and_removes_every_socket() {
     assert!(!dir.join("ctl").exists());
 }
 
-/// `ism-emu observe WHAT` against a fresh emulator with functions ism0 and ism1.
-fn observe_fresh(what: &str) -> Output {
+/// A serving emulator (functions ism0 and ism1), its directory and its control socket.
+fn serving() -> (TempDir, Running, std::path::PathBuf) {
     let dir = tempdir();
-    let _child = serve(dir.as_path());
+    let child = serve(dir.as_path());
     let ctl = dir.as_path().join("ctl");
     assert!(wait_for(&ctl));
+    (dir, child, ctl)
+}
+
+/// `ism-emu observe WHAT` against a fresh emulator with functions ism0 and ism1.
+fn observe_fresh(what: &str) -> Output {
+    let (_dir, _child, ctl) = serving();
     run(&["observe", "--control", ctl.to_str().unwrap(), what])
+}
+
+/// `observe json` succeeds: the control socket answers.
+fn assert_answers(ctl: &Path) {
+    let out = run(&["observe", "--control", ctl.to_str().unwrap(), "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -152,9 +172,25 @@ fn an_existing_socket_path_is_refused_with_a_clear_message() {
 
 #[test]
 fn chid_zero_and_reserved_chids_are_refused() {
+    let dir = tempdir();
+    // A socket that `serve` could bind: only the CHID check can make it fail (and
+    // `run` kills a `serve` that did not fail within its patience).
+    let socket = dir.as_path().join("a.sock");
     for chid in ["0", "0xff00", "0xffff"] {
-        let out = run(&["serve", "--chid", chid, "--socket", "/nonexistent/x"]);
+        let out = run(&[
+            "serve",
+            "--chid",
+            chid,
+            "--socket",
+            socket.to_str().unwrap(),
+        ]);
         assert!(!out.status.success(), "chid {chid} accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("CHID must be nonzero"),
+            "chid {chid}: {stderr}"
+        );
+        assert!(!socket.exists(), "chid {chid}: socket bound");
     }
 }
 
@@ -163,4 +199,132 @@ fn observe_without_emulator_says_how_to_start_one() {
     let out = run(&["observe", "--control", "/nonexistent/ctl", "summary"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is `ism-emu serve --control"));
+}
+
+/// Context switches of every thread of process `pid` so far.
+fn context_switches(pid: u32) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status =
+            std::fs::read_to_string(task.unwrap().path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if let Some(n) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                total += n.trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn an_idle_emulator_does_not_wake_up() {
+    let (_dir, child, _ctl) = serving();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = context_switches(child.0.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let woke = context_switches(child.0.id()) - before;
+    assert!(woke <= 2, "{woke} wake-ups in 1 s with no guest attached");
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn every_socket_is_for_the_emulators_user_only() {
+    let (dir, _child, _ctl) = serving();
+    for name in ["a.sock", "b.sock", "ctl"] {
+        assert_eq!(mode(&dir.as_path().join(name)), 0o600, "{name}");
+    }
+}
+
+#[test]
+fn a_control_path_that_is_not_a_socket_is_refused_and_left_alone() {
+    let dir = tempdir();
+    let ctl = dir.as_path().join("ctl");
+    std::fs::write(&ctl, b"precious").unwrap();
+    let socket = dir.as_path().join("a.sock");
+    let out = run(&[
+        "serve",
+        "--socket",
+        socket.to_str().unwrap(),
+        "--control",
+        ctl.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a socket"));
+    assert_eq!(std::fs::read(&ctl).unwrap(), b"precious");
+}
+
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn control_clients_that_never_finish_their_line_are_bounded() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let (_dir, child, ctl) = serving();
+    let pid = child.0.id();
+    let (threads_before, rss_before) = (threads(pid), rss_kib(pid));
+    // One client that sends 16 MiB without a newline.
+    let mut long = UnixStream::connect(&ctl).unwrap();
+    long.set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    let mut sent = 0;
+    for _ in 0..16 {
+        match long.write_all(&chunk) {
+            Ok(()) => sent += chunk.len(),
+            Err(_) => break,
+        }
+    }
+    // Many clients that connect and say nothing.
+    let idle: Vec<UnixStream> = (0..200)
+        .map(|_| UnixStream::connect(&ctl).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (threads_during, rss_during) = (threads(pid), rss_kib(pid));
+    println!(
+        "control attack: threads {threads_before} -> {threads_during}, RSS {rss_before} -> {rss_during} KiB, {} of 16 MiB of one line taken",
+        sent >> 20
+    );
+    assert!(
+        threads_during <= threads_before + 17,
+        "{threads_during} threads"
+    );
+    assert!(rss_during < rss_before + 8 * 1024, "RSS {rss_during} KiB");
+    // Once their deadline has passed, the emulator answers again.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_answers(&ctl);
+    drop(idle);
+}
+
+#[test]
+fn followers_that_leave_give_their_slots_back_without_waiting_for_an_event() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let (_dir, _child, ctl) = serving();
+    for _ in 0..20 {
+        let mut follower = UnixStream::connect(&ctl).unwrap();
+        writeln!(follower, "follow").unwrap();
+    }
+    // No guest, so no event: the slots must come back by themselves.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_answers(&ctl);
 }

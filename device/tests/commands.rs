@@ -61,7 +61,14 @@ fn reg_and_unreg_dmb_round_trip() {
         0,
         "tokens leave the low 32 bits for the move address"
     );
+    assert_eq!(query_info(&mut g).dmbs_owned.get(), 1);
+    assert!(g.move_data(dmb.token, 0, b"own", true).is_ok());
     assert!(g.unreg_dmb(dmb.token).ok());
+    assert_eq!(query_info(&mut g).dmbs_owned.get(), 0);
+    assert!(
+        g.move_data(dmb.token, 0, b"gone", true).is_err(),
+        "the token is no longer registered"
+    );
     assert_eq!(
         g.unreg_dmb(dmb.token).ret,
         ISM_ERROR,
@@ -90,14 +97,30 @@ fn same_sba_index_twice_is_refused() {
     assert_eq!(g.command(&req).ret, 0x0005);
 }
 
+/// QUERY_INFO's answer, which must be there.
+fn query_info(g: &mut Guest) -> QueryInfoResponse {
+    let reply = g.command(&wire::QueryInfoRequest::new());
+    assert!(reply.ok());
+    reply.get::<QueryInfoResponse>().unwrap()
+}
+
+fn vlan_ids(qi: &QueryInfoResponse) -> Vec<u16> {
+    let n = qi.vlan_nr_ids.get() as usize;
+    qi.vlan_id[..n].iter().map(|v| v.get()).collect()
+}
+
 #[test]
-fn vlan_commands_succeed() {
+fn vlan_commands_change_what_query_info_reports() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
     assert!(g.command(&wire::SetVlanRequest::new()).ok());
+    assert_eq!(query_info(&mut g).vlan_required.get(), 1);
     assert!(g.command(&wire::ResetVlanRequest::new()).ok());
+    assert_eq!(query_info(&mut g).vlan_required.get(), 0);
     assert!(g.command(&wire::AddVlanIdRequest::new(5.into())).ok());
+    assert_eq!(vlan_ids(&query_info(&mut g)), vec![5, 0x1fff]);
     assert!(g.command(&wire::DelVlanIdRequest::new(5.into())).ok());
+    assert_eq!(vlan_ids(&query_info(&mut g)), vec![0x1fff]);
 }
 
 #[test]
@@ -105,7 +128,10 @@ fn unreg_sba_and_ieq_then_again_gives_ism_error() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
     assert!(g.command(&wire::UnregIeqRequest::new()).ok());
+    assert_eq!(query_info(&mut g).ieq.get(), 0, "IEQ forgotten");
     assert!(g.command(&wire::UnregSbaRequest::new()).ok());
+    let qi = query_info(&mut g);
+    assert_eq!((qi.sba.get(), qi.ism_state.get()), (0, 0), "SBA forgotten");
     assert_eq!(g.command(&wire::UnregSbaRequest::new()).ret, ISM_ERROR);
     assert_eq!(g.command(&wire::UnregIeqRequest::new()).ret, ISM_ERROR);
 }
@@ -116,13 +142,7 @@ fn signal_ieq_reaches_the_peer_with_sender_gid_and_info() {
     let mut a = m.guest(0);
     let b = m.guest(1);
     let gid_b = default_gid(CHID, 1);
-    let signal = wire::SignalIeqRequest::new(
-        gid_b.into(),
-        1.into(),
-        0x83.into(),
-        0x0102_0304_0506_0001.into(),
-    );
-    assert!(a.command(&signal).ok());
+    assert!(a.signal_ieq(gid_b, true, 0x83, 0x0102_0304_0506_0001).ok());
     assert_eq!(b.ieq_idx(), 1);
     assert_eq!(
         b.ieq_entry(0),
@@ -140,8 +160,9 @@ fn ieq_wraps_past_15_entries_with_index_semantics() {
     let mut idx = Vec::new();
     for code in 0..17u32 {
         let gid_b = default_gid(CHID, 1);
-        let signal = wire::SignalIeqRequest::new(gid_b.into(), 0.into(), code.into(), 0.into());
-        assert!(a.command(&signal).ok());
+        assert!(a.signal_ieq(gid_b, false, code, 0).ok());
+        // Within SIGNAL_IEQ's rate limit (100 a second).
+        std::thread::sleep(std::time::Duration::from_millis(15));
         idx.push(b.ieq_idx());
     }
     assert_eq!(&idx[13..17], &[14, 15, 1, 2]);

@@ -14,7 +14,8 @@ const LAYERS: &[&[&str]] = &[
     &["observer"],
     &["pci", "dmb"],
     &["ism"],
-    &["dma", "interrupts", "ratelimit"],
+    &["dma", "interrupts"],
+    &["ratelimit"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

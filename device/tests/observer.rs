@@ -26,7 +26,9 @@ fn connection(peer: &mut Guest, dmb: &Dmb, payload: &[u8]) {
     peer.move_data(dmb.token, 0, &cdc(CLOSED), true).unwrap();
 }
 
-fn kinds(rx: &Receiver<String>) -> Vec<Value> {
+/// The events so far (after the writer thread sent them all).
+fn kinds(m: &Machine, rx: &Receiver<String>) -> Vec<Value> {
+    m.observer.sync();
     rx.try_iter()
         .map(|l| serde_json::from_str(&l).unwrap())
         .collect()
@@ -42,6 +44,20 @@ struct Scene {
     peer: Guest,
     dmb: Dmb,
     events: Receiver<String>,
+}
+
+impl Scene {
+    /// The owner's kernel releases the connection: zeroes the whole DMB.
+    fn owner_zeroes_the_dmb(&self) {
+        let zeros = vec![0u8; self.dmb.len as usize];
+        self.owner.ram.write(self.dmb.ram_offset, &zeros).unwrap();
+    }
+
+    /// The owner unmaps page `page` of the DMB.
+    fn owner_unmaps_page(&mut self, page: u64) {
+        let iova = IOVA_BASE + self.dmb.ram_offset + page * PAGE;
+        self.owner.client.dma_unmap(iova, PAGE).unwrap().unwrap();
+    }
 }
 
 fn scene() -> Scene {
@@ -63,7 +79,7 @@ fn scene() -> Scene {
 fn registration_and_connection_events_carry_token_and_gids() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"hello");
-    let ev = kinds(&s.events);
+    let ev = kinds(&s.m, &s.events);
     let reg = of_kind(&ev, "dmb_registered");
     assert_eq!(reg.len(), 1);
     assert_eq!(reg[0]["token"], format!("{:#x}", s.dmb.token));
@@ -80,17 +96,14 @@ fn zeroing_after_close_is_reported_then_reuse_is_clean() {
     connection(&mut s.peer, &s.dmb, b"first connection");
     s.m.fabric.poll_zeroing();
     assert!(
-        of_kind(&kinds(&s.events), "dmb_zeroed").is_empty(),
+        of_kind(&kinds(&s.m, &s.events), "dmb_zeroed").is_empty(),
         "not zero yet"
     );
     // The owner's kernel releases the connection: zeroes the whole DMB.
-    s.owner
-        .ram
-        .write(s.dmb.ram_offset, &vec![0u8; 16384])
-        .unwrap();
+    s.owner_zeroes_the_dmb();
     s.m.fabric.poll_zeroing();
     connection(&mut s.peer, &s.dmb, b"second");
-    let ev = kinds(&s.events);
+    let ev = kinds(&s.m, &s.events);
     assert_eq!(of_kind(&ev, "dmb_zeroed").len(), 1);
     let reuse = of_kind(&ev, "dmb_reused");
     assert_eq!(reuse.len(), 1);
@@ -104,7 +117,7 @@ fn reuse_without_zeroing_is_stale_with_count_and_first_offset() {
     connection(&mut s.peer, &s.dmb, b"secret");
     s.m.fabric.poll_zeroing();
     connection(&mut s.peer, &s.dmb, b"next");
-    let ev = kinds(&s.events);
+    let ev = kinds(&s.m, &s.events);
     let reuse = of_kind(&ev, "dmb_reused");
     assert_eq!(reuse.len(), 1);
     assert_eq!(reuse[0]["clean"], false);
@@ -122,17 +135,19 @@ fn reuse_without_zeroing_is_stale_with_count_and_first_offset() {
 fn zeroing_at_handout_is_a_clean_reuse_without_zeroing_at_release() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"old");
-    s.m.fabric.poll_zeroing();
+    // The watcher looks after the close and sees the old bytes still there.
+    assert_eq!(s.m.fabric.poll_zeroing(), 1, "the closed DMB is watched");
+    assert_eq!(s.m.observer.summaries()[0].zeroed_after_close, 0);
     // Pre-5.17 kernels zero when the next connection takes the buffer: just before
     // the peer's first write, with no watcher tick in between.
-    s.owner
-        .ram
-        .write(s.dmb.ram_offset, &vec![0u8; 16384])
-        .unwrap();
+    s.owner_zeroes_the_dmb();
     connection(&mut s.peer, &s.dmb, b"new");
     let summary = &s.m.observer.summaries()[0];
     assert_eq!(summary.clean_reuses, 1);
     assert_eq!(summary.zeroed_after_close, 0);
+    // A tick now looks at the second close (the DMB is not zero: "new" is in it).
+    assert_eq!(s.m.fabric.poll_zeroing(), 1);
+    assert_eq!(s.m.observer.summaries()[0].zeroed_after_close, 0);
 }
 
 #[test]
@@ -149,13 +164,10 @@ fn repeated_closing_cdc_does_not_start_a_connection() {
 fn unregistration_reports_the_connections_the_dmb_carried() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"x");
-    s.owner
-        .ram
-        .write(s.dmb.ram_offset, &vec![0u8; 16384])
-        .unwrap();
+    s.owner_zeroes_the_dmb();
     connection(&mut s.peer, &s.dmb, b"y");
     assert!(s.owner.unreg_dmb(s.dmb.token).ok());
-    let ev = kinds(&s.events);
+    let ev = kinds(&s.m, &s.events);
     let unreg = of_kind(&ev, "dmb_unregistered");
     assert_eq!(unreg.len(), 1);
     assert_eq!(unreg[0]["connections"], 2);
@@ -165,10 +177,7 @@ fn unregistration_reports_the_connections_the_dmb_carried() {
 fn connection_records_keep_bytes_close_reuse_and_zeroing() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"first connection");
-    s.owner
-        .ram
-        .write(s.dmb.ram_offset, &vec![0u8; 16384])
-        .unwrap();
+    s.owner_zeroes_the_dmb();
     s.m.fabric.poll_zeroing();
     connection(&mut s.peer, &s.dmb, b"second");
     let recent = &s.m.observer.summaries()[0].recent;
@@ -178,4 +187,36 @@ fn connection_records_keep_bytes_close_reuse_and_zeroing() {
     assert!(recent[0].zeroed_after_ms.is_some());
     assert_eq!(recent[0].reuse_clean, None, "first use is no reuse");
     assert_eq!((recent[1].conn, recent[1].reuse_clean), (2, Some(true)));
+}
+
+#[test]
+fn a_reuse_whose_dmb_cannot_be_read_is_unchecked_never_clean() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"old");
+    // The owner unmaps the DMB's second page; the first still takes moves.
+    s.owner_unmaps_page(1);
+    s.peer.move_data(s.dmb.token, 32, b"new", false).unwrap();
+    let ev = kinds(&s.m, &s.events);
+    let reuse = of_kind(&ev, "dmb_reused");
+    assert_eq!(reuse.len(), 1);
+    assert_eq!(reuse[0]["clean"], Value::Null, "{}", reuse[0]);
+    assert_eq!(reuse[0]["unknown"], "DMB not all mapped");
+    let summary = &s.m.observer.summaries()[0];
+    assert_eq!(
+        (summary.clean_reuses, summary.unchecked_reuses),
+        (0, 1),
+        "not counted clean"
+    );
+}
+
+#[test]
+fn a_rejected_move_opens_no_connection() {
+    let mut s = scene();
+    let past_the_end = s.peer.store_move(s.dmb.token, 0, true, 16380, b"too long");
+    assert!(past_the_end.is_err());
+    s.owner_unmaps_page(0);
+    assert!(s.peer.move_data(s.dmb.token, 0, &cdc(0), true).is_err());
+    let summary = &s.m.observer.summaries()[0];
+    assert_eq!((summary.connections, summary.bytes), (0, 0));
+    assert!(of_kind(&kinds(&s.m, &s.events), "conn_opened").is_empty());
 }

@@ -1,5 +1,7 @@
 //! Executing ISM commands against the fabric.
 
+use std::time::Instant;
+
 use crate::dmb::{now_us, Dmb, FunctionId};
 use crate::ism::command::{Command, CommandError, DmbRequest, QueryInfo, Response};
 use crate::ism::status::{Event, EventType, Ieq, Sba, IEQ_LEN, SBA_LEN};
@@ -33,7 +35,7 @@ impl Fabric {
         let f = &mut st.functions[id];
         match cmd {
             Command::RegSba { iova } => {
-                if !f.dma.is_mapped(iova, SBA_LEN) {
+                if !f.dma.is_writable(iova, SBA_LEN) {
                     return Err(CommandError::Unmapped { iova, len: SBA_LEN });
                 }
                 f.sba = Some(Sba { iova });
@@ -43,8 +45,12 @@ impl Fabric {
                 if len < IEQ_LEN {
                     return Err(CommandError::BadArgument("IEQ shorter than 15 entries"));
                 }
-                let ieq = Ieq::register(&f.dma, iova)
-                    .map_err(|_| CommandError::Unmapped { iova, len: IEQ_LEN })?;
+                // The whole queue, not just the header: the entries are written later.
+                let unmapped = CommandError::Unmapped { iova, len: IEQ_LEN };
+                if !f.dma.is_writable(iova, IEQ_LEN) {
+                    return Err(unmapped);
+                }
+                let ieq = Ieq::register(&f.dma, iova).map_err(|_| unmapped)?;
                 f.ieq = Some(ieq);
                 Ok(Response::Empty)
             }
@@ -116,6 +122,9 @@ impl Fabric {
                 event_code,
                 info,
             } => {
+                if !f.signals.take(Instant::now(), 1) {
+                    return Err(CommandError::RateLimited);
+                }
                 let sender = f.gid;
                 let target = st
                     .functions
@@ -152,7 +161,7 @@ impl Fabric {
         req: DmbRequest,
     ) -> Result<Response, CommandError> {
         let f = &st.functions[id];
-        if !f.dma.is_mapped(req.iova, u64::from(req.len)) {
+        if !f.dma.is_writable(req.iova, u64::from(req.len)) {
             return Err(CommandError::Unmapped {
                 iova: req.iova,
                 len: u64::from(req.len),
@@ -164,6 +173,18 @@ impl Fabric {
             .any(|d| d.owner == id && d.sba_idx == req.sba_idx)
         {
             return Err(CommandError::SbaIndexInUse(req.sba_idx));
+        }
+        // `is_writable` checked that the range does not wrap. Overlapping DMBs would let a
+        // guest multiply the memory the observer watches without having it.
+        let end = req.iova + u64::from(req.len);
+        if st
+            .dmbs
+            .values()
+            .any(|d| d.owner == id && d.iova < end && req.iova < d.iova + u64::from(d.len))
+        {
+            return Err(CommandError::BadArgument(
+                "DMB overlaps another DMB of this function",
+            ));
         }
         // Tokens rotate through the whole space so that a freed token is not handed out
         // again at once: a late move to an old token then fails instead of corrupting.
@@ -182,6 +203,11 @@ impl Fabric {
             owner: id,
             owner_gid: f.gid,
             rgid: req.rgid,
+            rgid_generation: st
+                .functions
+                .iter()
+                .find(|p| p.gid == req.rgid)
+                .map(|p| p.generation),
             iova: req.iova,
             len: req.len,
             sba_idx: req.sba_idx,
@@ -203,7 +229,7 @@ impl Fabric {
 #[cfg(test)]
 mod tests {
     use super::super::rig::{Rig, BASE, RAM_SIZE};
-    use crate::ism::command::{Command, CommandError, Response};
+    use crate::ism::command::{Command, CommandError, DmbRequest, Response};
     use crate::ism::status::EventType;
     use crate::ism::wire::MAX_VLAN_IDS;
 
@@ -240,6 +266,30 @@ mod tests {
         let sba_idx = 32 + (RAM_SIZE / 0x1_0000) as u32;
         let err = rig.try_reg_dmb(0, 7, 16384, sba_idx).unwrap_err();
         assert!(matches!(err, CommandError::Unmapped { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_dmb_overlapping_another_of_the_same_function_is_refused() {
+        let rig = Rig::new(2);
+        rig.reg_dmb(0, 7, 32);
+        let overlapping = |sba_idx| DmbRequest {
+            iova: BASE + Rig::dmb_offset(32) + 16383,
+            len: 4096,
+            sba_idx,
+            vlan_valid: 0,
+            vlan_id: 0,
+            rgid: 7,
+        };
+        let err = rig.fabric.execute(0, Command::RegDmb(overlapping(33)));
+        assert!(matches!(err, Err(CommandError::BadArgument(_))), "{err:?}");
+        let other = rig.fabric.execute(1, Command::RegDmb(overlapping(33)));
+        assert!(other.is_ok(), "another function's memory: {other:?}");
+        let mut after = overlapping(34);
+        after.iova += 1;
+        assert!(
+            rig.fabric.execute(0, Command::RegDmb(after)).is_ok(),
+            "adjacent"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::interrupts::{Interrupts, IrqError};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::observer::report::{Counters, FunctionView};
 use crate::observer::EventSink;
+use crate::ratelimit::Budget;
 
 pub use moves::MoveError;
 
@@ -34,7 +35,25 @@ pub struct FunctionState {
     pub vlans: BTreeSet<u64>,
     pub vlan_required: bool,
     pub counters: Counters,
+    /// Bytes of DMBs this function's moves may have read for reuse checks.
+    pub reuse_reads: Budget,
+    /// SIGNAL_IEQs this function may send.
+    pub signals: Budget,
+    /// Counts detaches (disconnects, resets): a grant (a DMB registered for this
+    /// function's GID) holds for the generation it was made in only, not for the next
+    /// client. A grant made while no client is attached holds for the next one.
+    pub generation: u64,
 }
+
+/// SIGNAL_IEQ per sending function: a burst of 8, then 100 a second. The target's IEQ
+/// has 15 slots; a flood must not overwrite the GID events it holds.
+pub const SIGNAL_RATE: u64 = 100;
+pub const SIGNAL_BURST: u64 = 8;
+
+/// Reuse checks read at most this many bytes per second per sending function (a burst of
+/// `REUSE_READ_BURST`); beyond it a reuse is reported unchecked, not read.
+pub const REUSE_READ_RATE: u64 = 64 << 20;
+pub const REUSE_READ_BURST: u64 = 16 << 20;
 
 impl FunctionState {
     fn new(name: String, gid: u64) -> Self {
@@ -49,6 +68,9 @@ impl FunctionState {
             vlans: BTreeSet::new(),
             vlan_required: false,
             counters: Counters::default(),
+            reuse_reads: Budget::new(REUSE_READ_RATE, REUSE_READ_BURST),
+            signals: Budget::new(SIGNAL_RATE, SIGNAL_BURST),
+            generation: 0,
         }
     }
 
@@ -206,6 +228,8 @@ impl Fabric {
         let f = &mut st.functions[id];
         let had_state = f.sba.is_some() || f.dma.mapped_bytes() > 0;
         f.clear();
+        // Grants to this function end here, whether or not the owner ever hears of it.
+        f.generation += 1;
         f.attached = still_attached;
         if had_state || !still_attached {
             log::info!(
@@ -238,8 +262,11 @@ impl Fabric {
         size: u64,
         file: Option<std::fs::File>,
         offset: u64,
+        writable: bool,
     ) -> Result<(), DmaError> {
-        self.lock().functions[id].dma.map(iova, size, file, offset)
+        self.lock().functions[id]
+            .dma
+            .map(iova, size, file, offset, writable)
     }
 
     pub fn dma_unmap(&self, id: FunctionId, iova: u64, size: u64) -> u64 {

@@ -8,12 +8,11 @@ use std::sync::{Arc, Mutex};
 use zerocopy::FromBytes;
 
 use super::Fabric;
-use crate::dma::DmaSpace;
 use crate::dmb::{Dmb, FunctionId};
 use crate::ism::command::{Command, CommandError, DmbRequest, Response};
 use crate::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN, IEQ_LEN};
 use crate::ism::MoveAddress;
-use crate::observer::EventSink;
+use crate::observer::{EventSink, ReuseCheck, ZeroScan, ZeroWatch};
 use crate::testkit::GuestRam;
 
 pub const BASE: u64 = 0x1_0000_0000;
@@ -26,13 +25,25 @@ pub const DMB_SPACING: u64 = 0x1_0000;
 #[derive(Default)]
 pub struct Recorder {
     calls: Mutex<Vec<String>>,
-    /// Tokens `poll_zeroing` asks about.
-    pub watch: Mutex<Vec<u64>>,
+    /// What `zero_watch` answers.
+    pub watch: Mutex<Vec<ZeroWatch>>,
+    /// Whether `wants_reuse_check` says yes.
+    pub reuse: Mutex<bool>,
 }
 
 impl Recorder {
     pub fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// The last call recorded.
+    pub fn last(&self) -> String {
+        self.calls
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn push(&self, call: String) {
@@ -53,27 +64,25 @@ impl EventSink for Recorder {
     fn dmb_gone(&self, dmb: &Dmb, reason: &str, _function: &str) {
         self.push(format!("gone {:#x}: {reason}", dmb.token));
     }
-    fn before_move(&self, dmb: &Dmb, _mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
+    fn wants_reuse_check(&self, _dmb: &Dmb, _addr: &MoveAddress, _data: &[u8]) -> bool {
+        *self.reuse.lock().unwrap()
+    }
+    fn moved(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8], reuse: Option<ReuseCheck>) {
         self.push(format!(
-            "before {:#x}+{} {}",
+            "moved {:#x}+{} {} {reuse:?}",
             dmb.token,
             addr.offset,
             data.len()
         ));
     }
-    fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) {
-        self.push(format!(
-            "after {:#x}+{} {}",
-            dmb.token,
-            addr.offset,
-            data.len()
-        ));
+    fn zero_watch(&self) -> Vec<ZeroWatch> {
+        self.watch.lock().unwrap().clone()
     }
-    fn poll_zeroing(&self, is_zero: &dyn Fn(u64) -> Option<bool>) {
-        let watch = self.watch.lock().unwrap().clone();
-        for token in watch {
-            self.push(format!("zero {token:#x}: {:?}", is_zero(token)));
+    fn zero_scanned(&self, results: &[(u64, ZeroScan)]) -> usize {
+        for (token, scan) in results {
+            self.push(format!("zero {token:#x}: {scan:?}"));
         }
+        results.len()
     }
 }
 
@@ -95,7 +104,9 @@ impl Rig {
         for (id, ram) in rams.iter().enumerate() {
             fabric.attach(id);
             let file = ram.dup_file().unwrap();
-            fabric.dma_map(id, BASE, RAM_SIZE, Some(file), 0).unwrap();
+            fabric
+                .dma_map(id, BASE, RAM_SIZE, Some(file), 0, true)
+                .unwrap();
             fabric.execute(id, Command::RegSba { iova: BASE }).unwrap();
             let ieq = Command::RegIeq {
                 iova: BASE + IEQ_AT,

@@ -87,6 +87,8 @@ pub enum CommandError {
     UnknownToken(u64),
     #[error("nothing registered to unregister")]
     NotRegistered,
+    #[error("too many SIGNAL_IEQs from this function")]
+    RateLimited,
 }
 
 /// The driver's generic error value. UNREG_* answered with it still frees guest memory,
@@ -106,6 +108,7 @@ impl CommandError {
             CommandError::NoToken => 0x0006,
             CommandError::UnknownGid(_) => 0x0007,
             CommandError::VlanTableFull => 0x0008,
+            CommandError::RateLimited => 0x0009,
             CommandError::UnknownToken(_) | CommandError::NotRegistered => ISM_ERROR,
         }
     }

@@ -27,6 +27,14 @@ pub const IEQ_ENTRY_LEN: u64 = size_of::<IeqEntry>() as u64;
 pub const IEQ_ENTRIES: u64 = 15;
 pub const IEQ_LEN: u64 = IEQ_HEADER_LEN + IEQ_ENTRIES * IEQ_ENTRY_LEN;
 
+/// `base + offset`, or an error when a guest-chosen base makes it wrap.
+fn at(base: u64, offset: u64) -> Result<u64, DmaError> {
+    base.checked_add(offset).ok_or(DmaError::Unmapped {
+        iova: base,
+        len: offset,
+    })
+}
+
 /// The status block of one function.
 #[derive(Clone, Copy, Debug)]
 pub struct Sba {
@@ -38,14 +46,14 @@ impl Sba {
     /// ORed atomically: the guest clears others in the same words concurrently.
     pub fn signal_dmb(&self, mem: &DmaSpace, sba_idx: u32, dmbe: u8) -> Result<(), DmaError> {
         let idx = u64::from(sba_idx);
-        mem.fetch_or_u8(self.iova + SBA_DMB_BITS + idx / 8, 0x80 >> (idx % 8))?;
+        mem.fetch_or_u8(at(self.iova, SBA_DMB_BITS + idx / 8)?, 0x80 >> (idx % 8))?;
         let mask = 0x8000u16 >> (dmbe % 16);
-        let mask_at = self.iova + SBA_DMBE_MASK + 2 * idx;
+        let mask_at = at(self.iova, SBA_DMBE_MASK + 2 * idx)?;
         let [hi, lo] = mask.to_be_bytes();
         if hi != 0 {
             mem.fetch_or_u8(mask_at, hi)?;
         } else {
-            mem.fetch_or_u8(mask_at + 1, lo)?;
+            mem.fetch_or_u8(at(mask_at, 1)?, lo)?;
         }
         mem.fetch_or_u8(self.iova + SBA_FLAGS, SBA_SUMMARY)?;
         Ok(())
@@ -105,8 +113,8 @@ pub struct Ieq {
 impl Ieq {
     /// Registers a queue the guest has zeroed; records the layout in its header.
     pub fn register(mem: &DmaSpace, iova: u64) -> Result<Self, DmaError> {
-        mem.write_u64_be(iova + 8, IEQ_LEN)?;
-        mem.write_u64_be(iova + 16, IEQ_ENTRY_LEN)?;
+        mem.write_u64_be(at(iova, 8)?, IEQ_LEN)?;
+        mem.write_u64_be(at(iova, 16)?, IEQ_ENTRY_LEN)?;
         Ok(Self { iova, next: 0 })
     }
 
@@ -120,10 +128,8 @@ impl Ieq {
             time: event.time.into(),
             info: event.info.into(),
         };
-        mem.write(
-            self.iova + IEQ_HEADER_LEN + self.next * IEQ_ENTRY_LEN,
-            entry.as_bytes(),
-        )?;
+        let slot = at(self.iova, IEQ_HEADER_LEN + self.next * IEQ_ENTRY_LEN)?;
+        mem.write(slot, entry.as_bytes())?;
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         mem.write_u64_be(self.iova, self.next + 1)?;
         self.next = (self.next + 1) % IEQ_ENTRIES;
@@ -140,7 +146,7 @@ mod tests {
 
     fn mem(ram: &GuestRam) -> DmaSpace {
         let mut mem = DmaSpace::new();
-        mem.map(BASE, 8192, Some(ram.dup_file().unwrap()), 0)
+        mem.map(BASE, 8192, Some(ram.dup_file().unwrap()), 0, true)
             .unwrap();
         mem
     }
@@ -157,6 +163,21 @@ mod tests {
             "index 33 is byte 8, second bit"
         );
         assert_eq!(ram.read(256 + 66, 2).unwrap(), vec![0x80, 0x00]);
+    }
+
+    #[test]
+    fn an_ieq_at_the_top_of_the_iova_space_is_an_error_not_a_wrap() {
+        let ram = GuestRam::new(8192).unwrap();
+        let mut mem = DmaSpace::new();
+        mem.map(0, 8192, Some(ram.dup_file().unwrap()), 0, true)
+            .unwrap();
+        let err = Ieq::register(&mem, u64::MAX - 7);
+        assert!(matches!(err, Err(DmaError::Unmapped { .. })), "{err:?}");
+        assert_eq!(
+            ram.read(0, 8).unwrap(),
+            vec![0; 8],
+            "nothing written at IOVA 0"
+        );
     }
 
     #[test]

@@ -13,7 +13,13 @@
 //!
 //! "A new connection" is any move into a closed DMB except a CDC that still carries the
 //! close flags (the closing side may repeat them). The reuse check reads the whole DMB
-//! *before* that first move is applied.
+//! *before* that first move is applied; the fabric does the reading, outside its lock and
+//! within a byte budget, and hands the result in ([`ReuseCheck`]). A read that did not
+//! happen is an *unknown* reuse, never a clean one.
+//!
+//! The zeroing watch resumes where it stopped: bytes up to `scan_from` were seen zero, and
+//! a byte seen nonzero is looked at first next time (one page, not the whole DMB, while a
+//! guest keeps it dirty).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -22,7 +28,6 @@ use serde::{Deserialize, Serialize};
 
 use super::json::hex;
 use super::{ObservedEvent, What, ZERO_WATCH_LIMIT};
-use crate::dma::DmaSpace;
 use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
 
@@ -62,16 +67,85 @@ pub struct DmbSummary {
     pub reuses: u64,
     pub clean_reuses: u64,
     pub stale_reuses: u64,
+    /// Reuses whose DMB could not be read before the first move (unreadable, or over
+    /// the read budget): neither clean nor stale.
+    #[serde(default)]
+    pub unchecked_reuses: u64,
     pub closes: u64,
     pub zeroed_after_close: u64,
     /// Closes after which the DMB was still not zero when the watch gave up.
     pub not_zeroed: u64,
-    /// Delays between a close and the zeroing seen after it, in milliseconds.
-    pub zero_delays_ms: Vec<f64>,
+    /// Delays between a close and the zeroing seen after it: a fixed histogram, so
+    /// that a guest closing connections for ever cannot grow it.
+    pub zero_delays_ms: DelayHistogram,
     pub bytes: u64,
     pub signals: u64,
     /// The most recent connections, oldest first (at most `RECENT_CONNS`).
     pub recent: Vec<ConnRecord>,
+}
+
+/// Upper bounds (inclusive) of the zeroing-delay histogram's buckets, in ms. 750 ms is
+/// the release window `scripts/check_e2e.py` checks.
+pub const DELAY_BOUNDS_MS: [f64; 14] = [
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 750.0, 1000.0, 2000.0, 5000.0, 10000.0,
+];
+
+/// Delays in fixed buckets: `counts[i]` delays were at most `le_ms[i]` and above
+/// `le_ms[i - 1]`; `over` were above the last bound.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DelayHistogram {
+    pub le_ms: Vec<f64>,
+    pub counts: Vec<u64>,
+    pub over: u64,
+    pub count: u64,
+    pub max_ms: Option<f64>,
+}
+
+impl Default for DelayHistogram {
+    fn default() -> Self {
+        Self {
+            le_ms: DELAY_BOUNDS_MS.to_vec(),
+            counts: vec![0; DELAY_BOUNDS_MS.len()],
+            over: 0,
+            count: 0,
+            max_ms: None,
+        }
+    }
+}
+
+impl DelayHistogram {
+    pub fn record(&mut self, ms: f64) {
+        match self.le_ms.iter().position(|&le| ms <= le) {
+            Some(i) => self.counts[i] += 1,
+            None => self.over += 1,
+        }
+        self.count += 1;
+        self.max_ms = Some(self.max_ms.map_or(ms, |max| max.max(ms)));
+    }
+
+    /// How many delays were at most `ms` (exact when `ms` is a bucket bound).
+    pub fn at_most(&self, ms: f64) -> u64 {
+        self.le_ms
+            .iter()
+            .zip(&self.counts)
+            .filter(|(&le, _)| le <= ms)
+            .map(|(_, &n)| n)
+            .sum()
+    }
+
+    /// The bound of the bucket holding the median, or None with no delays (or the
+    /// median above every bound).
+    pub fn median_at_most(&self) -> Option<f64> {
+        let half = self.count.div_ceil(2).max(1);
+        let mut seen = 0;
+        for (&le, &n) in self.le_ms.iter().zip(&self.counts) {
+            seen += n;
+            if seen >= half && self.count > 0 {
+                return Some(le);
+            }
+        }
+        None
+    }
 }
 
 /// How many connections per DMB the observer remembers in detail.
@@ -89,6 +163,9 @@ pub struct ConnRecord {
     pub bytes: u64,
     /// For a reuse: whether the DMB was all zero before this connection's first write.
     pub reuse_clean: Option<bool>,
+    /// For a reuse that was not checked: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse_unknown: Option<String>,
     pub stale_bytes: u64,
     /// Milliseconds from this connection's close to the DMB reading all zero.
     pub zeroed_after_ms: Option<f64>,
@@ -102,12 +179,46 @@ impl DmbSummary {
     }
 }
 
+/// The DMB's content before the first move of a reused connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReuseCheck {
+    /// Read: `stale` nonzero bytes, the first at `first`.
+    Read { stale: u64, first: Option<u64> },
+    /// Not read, and why.
+    Unknown(&'static str),
+}
+
+/// A closed DMB to look at: scan from `scan_from`, or first look at `dirty_at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZeroWatch {
+    pub token: u64,
+    pub scan_from: u64,
+    pub dirty_at: Option<u64>,
+}
+
+/// What one look at a watched DMB found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZeroScan {
+    /// All zero from `scan_from` to the end: zeroed.
+    Zero,
+    /// The byte at this offset is nonzero.
+    Dirty(u64),
+    /// Zero from `scan_from` up to this offset; the rest next time.
+    ZeroUpTo(u64),
+    /// The memory could not be read (unmapped): counts as not zero.
+    Unreadable,
+}
+
 #[derive(Clone, Debug)]
 pub struct DmbLife {
     summary: DmbSummary,
     closed_at: Option<Instant>,
     /// Zeroing was seen after the close, or the watch gave up.
     watch_done: bool,
+    scan_from: u64,
+    dirty_at: Option<u64>,
+    /// The watch tick that last looked at this DMB.
+    looked_at: u64,
 }
 
 impl DmbLife {
@@ -121,6 +232,8 @@ pub struct Tracker {
     /// By token; unregistered DMBs stay listed (a token is only reused after a full
     /// rotation) until a new registration of the same token replaces them.
     dmbs: BTreeMap<u64, DmbLife>,
+    /// Zeroing-watch ticks so far.
+    tick: u64,
 }
 
 fn is_cdc(addr: &MoveAddress, data: &[u8]) -> bool {
@@ -131,11 +244,10 @@ fn closing_flags(data: &[u8]) -> u8 {
     data[cdc::CONN_STATE] & (cdc::PEER_CONN_CLOSED | cdc::PEER_CONN_ABORT)
 }
 
-/// Counts nonzero bytes and finds the first one.
-pub fn stale_bytes(bytes: &[u8]) -> (u64, Option<u64>) {
-    let first = bytes.iter().position(|&b| b != 0).map(|p| p as u64);
-    let count = bytes.iter().filter(|&&b| b != 0).count() as u64;
-    (count, first)
+/// Whether a move into a closed DMB starts a new connection: anything but a CDC that
+/// still carries the close flags (the closing side may repeat them).
+fn opens_connection(addr: &MoveAddress, data: &[u8]) -> bool {
+    !(is_cdc(addr, data) && closing_flags(data) != 0)
 }
 
 impl Tracker {
@@ -156,16 +268,20 @@ impl Tracker {
                     reuses: 0,
                     clean_reuses: 0,
                     stale_reuses: 0,
+                    unchecked_reuses: 0,
                     closes: 0,
                     zeroed_after_close: 0,
                     not_zeroed: 0,
-                    zero_delays_ms: Vec::new(),
+                    zero_delays_ms: DelayHistogram::default(),
                     bytes: 0,
                     signals: 0,
                     recent: Vec::new(),
                 },
                 closed_at: None,
                 watch_done: false,
+                scan_from: 0,
+                dirty_at: None,
+                looked_at: 0,
             },
         );
     }
@@ -183,12 +299,34 @@ impl Tracker {
         vec![ObservedEvent::dmb(function, dmb.owner_gid, dmb.token, what)]
     }
 
-    pub fn before_move(
+    /// Whether `data` at `addr` would open a new connection on a closed DMB.
+    pub fn wants_reuse_check(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> bool {
+        self.dmbs.get(&dmb.token).is_some_and(|life| {
+            life.summary.state == ConnState::Closed && opens_connection(addr, data)
+        })
+    }
+
+    /// A move into `dmb` was applied; `reuse` is what the DMB held before it, when
+    /// [`Self::wants_reuse_check`] asked.
+    pub fn moved(
         &mut self,
         dmb: &Dmb,
-        mem: &DmaSpace,
         addr: &MoveAddress,
         data: &[u8],
+        reuse: Option<ReuseCheck>,
+    ) -> Vec<ObservedEvent> {
+        let mut events = self.opened(dmb, addr, data, reuse);
+        events.extend(self.after_move(dmb, addr, data));
+        events
+    }
+
+    /// The connection this move starts, if it starts one.
+    fn opened(
+        &mut self,
+        dmb: &Dmb,
+        addr: &MoveAddress,
+        data: &[u8],
+        reuse: Option<ReuseCheck>,
     ) -> Vec<ObservedEvent> {
         let Some(life) = self.dmbs.get_mut(&dmb.token) else {
             return Vec::new();
@@ -197,7 +335,7 @@ impl Tracker {
         let starts_connection = match s.state {
             ConnState::Fresh => true,
             ConnState::Open => false,
-            ConnState::Closed => !(is_cdc(addr, data) && closing_flags(data) != 0),
+            ConnState::Closed => opens_connection(addr, data),
         };
         if !starts_connection {
             return Vec::new();
@@ -211,41 +349,48 @@ impl Tracker {
             how: None,
             bytes: 0,
             reuse_clean: None,
+            reuse_unknown: None,
             stale_bytes: 0,
             zeroed_after_ms: None,
             not_zeroed: false,
         };
         if s.state == ConnState::Closed {
-            let mut bytes = vec![0u8; dmb.len as usize];
-            let (stale, first) = match mem.read(dmb.iova, &mut bytes) {
-                Ok(()) => stale_bytes(&bytes),
-                Err(e) => {
-                    log::warn!(
-                        "{}: cannot read DMB {:#x} for the reuse check: {e}",
-                        s.function,
-                        s.token
-                    );
-                    (0, None)
+            s.reuses += 1;
+            let reuse = reuse.unwrap_or(ReuseCheck::Unknown("not read"));
+            let what = match reuse {
+                ReuseCheck::Read { stale, first } => {
+                    record.reuse_clean = Some(stale == 0);
+                    record.stale_bytes = stale;
+                    if stale == 0 {
+                        s.clean_reuses += 1;
+                    } else {
+                        s.stale_reuses += 1;
+                        log::warn!(
+                            "{} (gid {:#018x}): DMB {:#x} reused with {stale} stale bytes from connection {} (first at offset {:#x})",
+                            s.function, s.gid, s.token, s.connections, first.unwrap_or(0)
+                        );
+                    }
+                    What::DmbReused {
+                        conn,
+                        clean: Some(stale == 0),
+                        stale_bytes: stale,
+                        first_stale_offset: first,
+                        unknown: None,
+                    }
+                }
+                ReuseCheck::Unknown(why) => {
+                    s.unchecked_reuses += 1;
+                    record.reuse_unknown = Some(why.to_string());
+                    What::DmbReused {
+                        conn,
+                        clean: None,
+                        stale_bytes: 0,
+                        first_stale_offset: None,
+                        unknown: Some(why.to_string()),
+                    }
                 }
             };
-            s.reuses += 1;
-            record.reuse_clean = Some(stale == 0);
-            record.stale_bytes = stale;
-            if stale == 0 {
-                s.clean_reuses += 1;
-            } else {
-                s.stale_reuses += 1;
-                log::warn!(
-                    "{} (gid {:#018x}): DMB {:#x} reused with {stale} stale bytes from connection {} (first at offset {:#x})",
-                    s.function, s.gid, s.token, s.connections, first.unwrap_or(0)
-                );
-            }
-            events.push(s.event(What::DmbReused {
-                conn,
-                clean: stale == 0,
-                stale_bytes: stale,
-                first_stale_offset: first,
-            }));
+            events.push(s.event(what));
         }
         s.connections = conn;
         s.state = ConnState::Open;
@@ -259,7 +404,7 @@ impl Tracker {
         events
     }
 
-    pub fn after_move(&mut self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> Vec<ObservedEvent> {
+    fn after_move(&mut self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> Vec<ObservedEvent> {
         let Some(life) = self.dmbs.get_mut(&dmb.token) else {
             return Vec::new();
         };
@@ -286,6 +431,8 @@ impl Tracker {
             record.bytes
         });
         life.closed_at = Some(Instant::now());
+        life.scan_from = 0;
+        life.dirty_at = None;
         let s = &mut life.summary;
         s.state = ConnState::Closed;
         s.closes += 1;
@@ -296,57 +443,103 @@ impl Tracker {
         })]
     }
 
-    /// Tokens whose connection closed and whose zeroing has not been seen yet.
-    pub fn awaiting_zero(&self) -> Vec<u64> {
-        self.dmbs
-            .values()
-            .filter(|l| {
-                l.summary.registered && l.summary.state == ConnState::Closed && !l.watch_done
-            })
-            .map(|l| l.summary.token)
-            .collect()
+    fn watched(life: &DmbLife) -> bool {
+        life.summary.registered && life.summary.state == ConnState::Closed && !life.watch_done
     }
 
-    /// `is_zero(token)` tells whether the DMB is all zero now.
-    pub fn poll_zeroing(&mut self, is_zero: impl Fn(u64) -> Option<bool>) -> Vec<ObservedEvent> {
+    /// The DMBs whose connection closed and whose zeroing has not been seen yet, the
+    /// longest-unlooked-at first (so a budget that stops early starves nobody).
+    pub fn zero_watch(&self) -> Vec<ZeroWatch> {
+        let mut watch: Vec<(u64, ZeroWatch)> = self
+            .dmbs
+            .values()
+            .filter(|l| Self::watched(l))
+            .map(|l| {
+                let w = ZeroWatch {
+                    token: l.summary.token,
+                    scan_from: l.scan_from,
+                    dirty_at: l.dirty_at,
+                };
+                (l.looked_at, w)
+            })
+            .collect();
+        watch.sort_by_key(|(looked_at, _)| *looked_at);
+        watch.into_iter().map(|(_, w)| w).collect()
+    }
+
+    /// Records what the watcher found. Returns the events and how many DMBs are still
+    /// watched. A DMB still not zero `ZERO_WATCH_LIMIT` after its close is given up on,
+    /// looked at this tick or not.
+    pub fn zero_scanned(&mut self, results: &[(u64, ZeroScan)]) -> (Vec<ObservedEvent>, usize) {
+        self.tick += 1;
         let mut events = Vec::new();
-        for token in self.awaiting_zero() {
+        for &(token, scan) in results {
             let Some(life) = self.dmbs.get_mut(&token) else {
                 continue;
             };
-            let waited = life.closed_at.map_or(Duration::ZERO, |t| t.elapsed());
-            let zero = is_zero(token) == Some(true);
-            let gave_up = !zero && waited >= ZERO_WATCH_LIMIT;
-            if let Some(record) = life.current() {
-                if zero {
-                    record.zeroed_after_ms = Some(waited.as_secs_f64() * 1e3);
-                }
-                record.not_zeroed = gave_up;
+            if !Self::watched(life) {
+                continue;
             }
-            let s = &mut life.summary;
-            if zero {
-                let delay_ms = waited.as_secs_f64() * 1e3;
-                life.watch_done = true;
-                s.zeroed_after_close += 1;
-                s.zero_delays_ms.push(delay_ms);
-                events.push(s.event(What::DmbZeroed {
-                    conn: s.connections,
-                    delay_ms,
-                }));
-            } else if gave_up {
-                life.watch_done = true;
-                s.not_zeroed += 1;
-                events.push(s.event(What::DmbNotZeroed {
-                    conn: s.connections,
-                    watched_ms: waited.as_secs_f64() * 1e3,
-                }));
+            life.looked_at = self.tick;
+            match scan {
+                ZeroScan::Zero => {
+                    let waited = life.closed_at.map_or(Duration::ZERO, |t| t.elapsed());
+                    let delay_ms = waited.as_secs_f64() * 1e3;
+                    if let Some(record) = life.current() {
+                        record.zeroed_after_ms = Some(delay_ms);
+                    }
+                    life.watch_done = true;
+                    let s = &mut life.summary;
+                    s.zeroed_after_close += 1;
+                    s.zero_delays_ms.record(delay_ms);
+                    events.push(s.event(What::DmbZeroed {
+                        conn: s.connections,
+                        delay_ms,
+                    }));
+                }
+                ZeroScan::Dirty(at) => {
+                    life.scan_from = at;
+                    life.dirty_at = Some(at);
+                }
+                ZeroScan::ZeroUpTo(at) => {
+                    life.scan_from = at;
+                    life.dirty_at = None;
+                }
+                ZeroScan::Unreadable => {}
             }
         }
-        events
+        let mut pending = 0;
+        for life in self.dmbs.values_mut().filter(|l| Self::watched(l)) {
+            let waited = life.closed_at.map_or(Duration::ZERO, |t| t.elapsed());
+            if waited < ZERO_WATCH_LIMIT {
+                pending += 1;
+                continue;
+            }
+            life.watch_done = true;
+            if let Some(record) = life.current() {
+                record.not_zeroed = true;
+            }
+            let s = &mut life.summary;
+            s.not_zeroed += 1;
+            events.push(s.event(What::DmbNotZeroed {
+                conn: s.connections,
+                watched_ms: waited.as_secs_f64() * 1e3,
+            }));
+        }
+        (events, pending)
     }
 
     pub fn summaries(&self) -> Vec<DmbSummary> {
         self.dmbs.values().map(|l| l.summary.clone()).collect()
+    }
+
+    /// The tokens known, for a snapshot taken one DMB at a time.
+    pub fn tokens(&self) -> Vec<u64> {
+        self.dmbs.keys().copied().collect()
+    }
+
+    pub fn summary(&self, token: u64) -> Option<DmbSummary> {
+        self.dmbs.get(&token).map(|l| l.summary.clone())
     }
 }
 
@@ -362,9 +555,17 @@ mod tests {
     }
 
     #[test]
-    fn stale_bytes_counts_and_finds_first() {
-        assert_eq!(stale_bytes(&[0, 0, 3, 0, 4]), (2, Some(2)));
-        assert_eq!(stale_bytes(&[0; 8]), (0, None));
+    fn the_delay_histogram_counts_in_fixed_buckets() {
+        let mut h = DelayHistogram::default();
+        for ms in [0.5, 3.0, 4.0, 750.0, 751.0, 20000.0] {
+            h.record(ms);
+        }
+        assert_eq!(h.count, 6);
+        assert_eq!(h.at_most(750.0), 4);
+        assert_eq!(h.over, 1);
+        assert_eq!(h.max_ms, Some(20000.0));
+        assert_eq!(h.median_at_most(), Some(5.0));
+        assert_eq!(h.counts.len(), DELAY_BOUNDS_MS.len(), "never grows");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The host's view of what the guests do with their DMBs.
 //!
 //! The fabric reports to it through [`EventSink`] (under the fabric's lock) when functions
-//! and DMBs come and go and around every data move. From the SMC-D CDC messages that a peer writes at DMB offset 0 the observer
+//! and DMBs come and go and after every data move; the hooks are short (no guest memory
+//! is read under the lock, events go to a writer thread). From the SMC-D CDC messages that
+//! a peer writes at DMB offset 0 the observer
 //! recognises connections; from reading the owner's memory it sees whether the guest
 //! zeroed a DMB after a connection released it, and whether a reused DMB was clean. It only
 //! ever *reads* guest memory.
@@ -13,18 +15,19 @@ pub mod dmb_life;
 pub mod json;
 pub mod report;
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::dma::DmaSpace;
 use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
-pub use dmb_life::{DmbLife, DmbSummary};
+pub use dmb_life::{DmbLife, DmbSummary, ReuseCheck, ZeroScan, ZeroWatch};
 use json::{hex, hex_opt};
 
 /// One line of the event stream: which function (and DMB) it is about, and what happened.
@@ -76,13 +79,26 @@ pub enum What {
     },
     DmbReused {
         conn: u64,
-        clean: bool,
+        /// None: the DMB could not be read before the move (see `unknown`).
+        clean: Option<bool>,
         stale_bytes: u64,
         first_stale_offset: Option<u64>,
+        /// Why the reuse was not checked; absent when it was.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        unknown: Option<String>,
     },
     DmbNotZeroed {
         conn: u64,
         watched_ms: f64,
+    },
+    /// Lines of this function the stream dropped (over its rate; `function` is `-` for
+    /// lines lost while the writer was behind).
+    EventsDropped {
+        count: u64,
+    },
+    /// The `--events` file reached its size limit: nothing more is written to it.
+    EventFileFull {
+        limit_bytes: u64,
     },
 }
 
@@ -118,14 +134,162 @@ pub fn to_json_line(time_us: u64, event: &ObservedEvent) -> String {
     serde_json::to_string(&Line { time_us, event }).unwrap_or_default()
 }
 
-struct Outputs {
+/// The event stream's capacity between the fabric and the writer thread.
+const EVENT_QUEUE: usize = 4096;
+/// At most this many lines per second per function reach the file and the followers;
+/// the rest are counted in an `events_dropped` line for that function, so one guest
+/// can neither flood the stream nor crowd the others' events out of it.
+pub const EVENTS_PER_FUNCTION_PER_SECOND: u64 = 1000;
+/// The `--events` file stops growing here, with an `event_file_full` line.
+pub const EVENT_FILE_LIMIT: u64 = 1 << 30;
+
+enum Output {
+    Line {
+        function: String,
+        gid: u64,
+        line: String,
+    },
+    /// Answered once every line queued before it is out.
+    Sync(SyncSender<()>),
+}
+
+/// One function's share of the stream in the current second.
+struct Window {
+    gid: u64,
+    start: Instant,
+    sent: u64,
+    dropped: u64,
+}
+
+/// The writer thread's side: the file and the live followers.
+struct Writer {
     file: Option<BufWriter<File>>,
-    followers: Vec<SyncSender<String>>,
+    file_bytes: u64,
+    file_limit: u64,
+    followers: Arc<Mutex<Vec<SyncSender<String>>>>,
+    /// Lines lost because the queue was full (the function is not known there).
+    queue_dropped: Arc<AtomicU64>,
+    windows: BTreeMap<String, Window>,
+}
+
+impl Writer {
+    fn run(mut self, rx: Receiver<Output>) {
+        loop {
+            let msg = match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(msg) => msg,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.report_dropped();
+                    self.flush();
+                    match rx.recv() {
+                        Ok(msg) => msg,
+                        Err(_) => return,
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            match msg {
+                Output::Line {
+                    function,
+                    gid,
+                    line,
+                } => self.line(function, gid, line),
+                Output::Sync(done) => {
+                    self.report_dropped();
+                    self.flush();
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn line(&mut self, function: String, gid: u64, line: String) {
+        let now = Instant::now();
+        let window = self.windows.entry(function.clone()).or_insert(Window {
+            gid,
+            start: now,
+            sent: 0,
+            dropped: 0,
+        });
+        if now.duration_since(window.start) >= Duration::from_secs(1) {
+            let dropped = std::mem::take(&mut window.dropped);
+            window.start = now;
+            window.sent = 0;
+            if dropped > 0 {
+                self.dropped_line(&function, gid, dropped);
+            }
+        }
+        let Some(window) = self.windows.get_mut(&function) else {
+            return;
+        };
+        if window.sent >= EVENTS_PER_FUNCTION_PER_SECOND {
+            window.dropped += 1;
+            return;
+        }
+        window.sent += 1;
+        self.write(line);
+    }
+
+    /// Writes the `events_dropped` lines owed so far.
+    fn report_dropped(&mut self) {
+        let owed: Vec<(String, u64, u64)> = self
+            .windows
+            .iter_mut()
+            .filter(|(_, w)| w.dropped > 0)
+            .map(|(f, w)| (f.clone(), w.gid, std::mem::take(&mut w.dropped)))
+            .collect();
+        for (function, gid, count) in owed {
+            self.dropped_line(&function, gid, count);
+        }
+        let count = self.queue_dropped.swap(0, Ordering::Relaxed);
+        if count > 0 {
+            self.dropped_line("-", 0, count);
+        }
+    }
+
+    fn dropped_line(&mut self, function: &str, gid: u64, count: u64) {
+        let event = ObservedEvent::function(function, gid, What::EventsDropped { count });
+        self.write(to_json_line(now_us(), &event));
+    }
+
+    fn write(&mut self, line: String) {
+        if let Some(file) = self.file.as_mut() {
+            let len = line.len() as u64 + 1;
+            if self.file_bytes + len > self.file_limit {
+                let limit_bytes = self.file_limit;
+                let full = ObservedEvent::function("-", 0, What::EventFileFull { limit_bytes });
+                let _ =
+                    writeln!(file, "{}", to_json_line(now_us(), &full)).and_then(|()| file.flush());
+                log::warn!("event file reached {limit_bytes} bytes; no more events written to it");
+                self.file = None;
+            } else if let Err(e) = writeln!(file, "{line}") {
+                log::warn!("event file write failed ({e}); no longer writing events to it");
+                self.file = None;
+            } else {
+                self.file_bytes += len;
+            }
+        }
+        let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+        followers.retain(|tx| match tx.try_send(line.clone()) {
+            Ok(()) | Err(TrySendError::Full(_)) => true,
+            Err(TrySendError::Disconnected(_)) => false,
+        });
+    }
+
+    fn flush(&mut self) {
+        if let Some(file) = self.file.as_mut() {
+            let _ = file.flush();
+        }
+    }
 }
 
 pub struct Observer {
-    outputs: Mutex<Outputs>,
+    /// To the writer thread: the fabric's lock never waits for a file or a socket.
+    out: SyncSender<Output>,
+    queue_dropped: Arc<AtomicU64>,
+    followers: Arc<Mutex<Vec<SyncSender<String>>>>,
     pub(crate) life: Mutex<dmb_life::Tracker>,
+    /// Woken when a DMB closes, so the zeroing watcher sleeps while nothing is watched.
+    zero_wake: Mutex<Option<SyncSender<()>>>,
 }
 
 impl Default for Observer {
@@ -135,43 +299,60 @@ impl Default for Observer {
 }
 
 impl Observer {
+    /// An observer writing events to `file` (if any) from its own thread.
     pub fn new(file: Option<File>) -> Self {
-        Self {
-            outputs: Mutex::new(Outputs {
-                file: file.map(BufWriter::new),
-                followers: Vec::new(),
-            }),
-            life: Mutex::new(dmb_life::Tracker::default()),
-        }
+        Self::with_file_limit(file, EVENT_FILE_LIMIT)
     }
 
-    fn outputs(&self) -> std::sync::MutexGuard<'_, Outputs> {
-        self.outputs.lock().unwrap_or_else(|p| p.into_inner())
+    /// The same, with the file growing to at most about `file_limit` bytes.
+    pub fn with_file_limit(file: Option<File>, file_limit: u64) -> Self {
+        let (out, rx) = sync_channel(EVENT_QUEUE);
+        let queue_dropped = Arc::new(AtomicU64::new(0));
+        let followers = Arc::new(Mutex::new(Vec::new()));
+        let file_bytes = file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map_or(0, |m| m.len());
+        let writer = Writer {
+            file: file.map(BufWriter::new),
+            file_bytes,
+            file_limit,
+            followers: Arc::clone(&followers),
+            queue_dropped: Arc::clone(&queue_dropped),
+            windows: BTreeMap::new(),
+        };
+        let spawned = std::thread::Builder::new()
+            .name("events".into())
+            .spawn(move || writer.run(rx));
+        if let Err(e) = spawned {
+            log::error!("event writer thread: {e}; events are not written");
+        }
+        Self {
+            out,
+            queue_dropped,
+            followers,
+            life: Mutex::new(dmb_life::Tracker::default()),
+            zero_wake: Mutex::new(None),
+        }
     }
 
     pub(crate) fn tracker(&self) -> std::sync::MutexGuard<'_, dmb_life::Tracker> {
         self.life.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Publishes an event. Never blocks on a follower: a slow one loses lines, and the
-    /// gap is its problem, not the guests'.
+    /// Publishes an event. Never blocks: when the writer is behind, the line is counted
+    /// as dropped and an `events_dropped` line says how many.
     pub fn emit(&self, event: ObservedEvent) {
         let line = to_json_line(now_us(), &event);
         log::debug!("event {line}");
-        let mut out = self.outputs();
-        if let Some(file) = out.file.as_mut() {
-            if writeln!(file, "{line}")
-                .and_then(|()| file.flush())
-                .is_err()
-            {
-                log::warn!("event file write failed; no longer writing events to it");
-                out.file = None;
-            }
+        let out = Output::Line {
+            function: event.function,
+            gid: event.gid,
+            line,
+        };
+        if let Err(TrySendError::Full(_)) = self.out.try_send(out) {
+            self.queue_dropped.fetch_add(1, Ordering::Relaxed);
         }
-        out.followers.retain(|tx| match tx.try_send(line.clone()) {
-            Ok(()) | Err(TrySendError::Full(_)) => true,
-            Err(TrySendError::Disconnected(_)) => false,
-        });
     }
 
     pub fn emit_all(&self, events: impl IntoIterator<Item = ObservedEvent>) {
@@ -180,15 +361,39 @@ impl Observer {
         }
     }
 
+    /// Waits until every event emitted so far is written and sent to the followers.
+    pub fn sync(&self) {
+        let (done, wait) = sync_channel(1);
+        if self.out.send(Output::Sync(done)).is_ok() {
+            let _ = wait.recv();
+        }
+    }
+
     /// A live feed of every event from now on.
     pub fn follow(&self) -> Receiver<String> {
         let (tx, rx) = sync_channel(4096);
-        self.outputs().followers.push(tx);
+        self.followers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tx);
         rx
     }
 
+    /// Wake-ups for the zeroing watcher: one whenever a DMB's connection closes.
+    pub fn zero_wakeups(&self) -> Receiver<()> {
+        let (tx, rx) = sync_channel(1);
+        *self.zero_wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        rx
+    }
+
+    /// Every DMB's summary. Taken one DMB at a time: moves take the same lock (under the
+    /// fabric's), so a snapshot must not hold it for all 4095 DMBs at once.
     pub fn summaries(&self) -> Vec<DmbSummary> {
-        self.tracker().summaries()
+        let tokens = self.tracker().tokens();
+        tokens
+            .into_iter()
+            .filter_map(|token| self.tracker().summary(token))
+            .collect()
     }
 }
 
@@ -199,13 +404,17 @@ pub trait EventSink: Send + Sync {
     fn function_detached(&self, function: &str, gid: u64, reason: &str);
     fn dmb_registered(&self, dmb: &Dmb, function: &str);
     fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str);
-    /// A move into `dmb` is about to be applied; `mem` is the owner's memory without it.
-    fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]);
-    /// The move has been applied.
-    fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]);
-    /// Checks closed connections' DMBs for zeroing. Called periodically by the watcher;
-    /// `is_zero(token)` tells whether that DMB is all zero now (None: unreadable).
-    fn poll_zeroing(&self, is_zero: &dyn Fn(u64) -> Option<bool>);
+    /// Whether this move would start a new connection on a closed DMB. If so, the fabric
+    /// reads the DMB before applying the move (outside its lock) and passes the result
+    /// to `moved`.
+    fn wants_reuse_check(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> bool;
+    /// A move has been applied (rejected moves are not reported). `reuse` is the DMB's
+    /// content before it, when `wants_reuse_check` asked for it.
+    fn moved(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8], reuse: Option<ReuseCheck>);
+    /// The closed DMBs to look at for zeroing, the longest-unlooked-at first.
+    fn zero_watch(&self) -> Vec<ZeroWatch>;
+    /// What the watcher found; returns how many DMBs are still watched.
+    fn zero_scanned(&self, results: &[(u64, ZeroScan)]) -> usize;
 }
 
 impl EventSink for Observer {
@@ -239,24 +448,39 @@ impl EventSink for Observer {
         self.emit_all(events);
     }
 
-    fn before_move(&self, dmb: &Dmb, mem: &DmaSpace, addr: &MoveAddress, data: &[u8]) {
-        let events = self.tracker().before_move(dmb, mem, addr, data);
-        self.emit_all(events);
+    fn wants_reuse_check(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> bool {
+        self.tracker().wants_reuse_check(dmb, addr, data)
     }
 
-    fn after_move(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) {
-        let events = self.tracker().after_move(dmb, addr, data);
+    fn moved(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8], reuse: Option<ReuseCheck>) {
+        let events = self.tracker().moved(dmb, addr, data, reuse);
+        let closed = events
+            .iter()
+            .any(|e| matches!(e.what, What::ConnClosed { .. }));
         self.emit_all(events);
+        if closed {
+            if let Some(wake) = &*self.zero_wake.lock().unwrap_or_else(|p| p.into_inner()) {
+                let _ = wake.try_send(());
+            }
+        }
     }
 
-    fn poll_zeroing(&self, is_zero: &dyn Fn(u64) -> Option<bool>) {
-        let events = self.tracker().poll_zeroing(is_zero);
+    fn zero_watch(&self) -> Vec<ZeroWatch> {
+        self.tracker().zero_watch()
+    }
+
+    fn zero_scanned(&self, results: &[(u64, ZeroScan)]) -> usize {
+        let (events, pending) = self.tracker().zero_scanned(results);
         self.emit_all(events);
+        pending
     }
 }
 
-/// How often the zeroing watcher looks at DMBs whose connection closed.
+/// How often the zeroing watcher looks at DMBs whose connection closed (while any is
+/// watched; it sleeps otherwise).
 pub const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// Bytes of one function's DMBs the watcher reads per tick; the rest waits for the next.
+pub const ZERO_SCAN_BUDGET: u64 = 1 << 20;
 /// How long after a close the watcher keeps looking before it reports `dmb_not_zeroed`
 /// (bounds the work a guest that never zeroes can cause).
 pub const ZERO_WATCH_LIMIT: Duration = Duration::from_secs(10);
@@ -277,6 +501,49 @@ mod tests {
             to_json_line(1796006540064202, &event),
             r#"{"time_us":1796006540064202,"function":"ism0","gid":"0x12340049534d0001","token":"0x100000000","kind":"conn_closed","conn":1,"how":"close","bytes":204848}"#
         );
+    }
+
+    fn attached(function: &str) -> ObservedEvent {
+        ObservedEvent::function(function, 7, What::FunctionAttached)
+    }
+
+    fn kind(line: &str) -> String {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        format!(
+            "{} {}",
+            value["function"].as_str().unwrap(),
+            value["kind"].as_str().unwrap()
+        )
+    }
+
+    #[test]
+    fn a_flooding_function_loses_its_own_lines_not_the_others() {
+        let observer = Observer::default();
+        let rx = observer.follow();
+        let flood = EVENTS_PER_FUNCTION_PER_SECOND + 500;
+        for _ in 0..flood {
+            observer.emit(attached("ism1"));
+        }
+        observer.emit(attached("ism0"));
+        observer.sync();
+        let lines: Vec<String> = rx.try_iter().map(|l| kind(&l)).collect();
+        let of = |k: &str| lines.iter().filter(|l| *l == k).count() as u64;
+        assert_eq!(of("ism1 function_attached"), EVENTS_PER_FUNCTION_PER_SECOND);
+        assert_eq!(of("ism0 function_attached"), 1);
+        assert_eq!(lines.last().unwrap(), "ism1 events_dropped");
+    }
+
+    #[test]
+    fn the_event_file_stops_at_its_limit_with_a_line_that_says_so() {
+        let file = vmm_sys_util::tempfile::TempFile::new().unwrap();
+        let observer = Observer::with_file_limit(Some(file.as_file().try_clone().unwrap()), 1000);
+        for _ in 0..100 {
+            observer.emit(attached("ism0"));
+        }
+        observer.sync();
+        let text = std::fs::read_to_string(file.as_path()).unwrap();
+        assert!(text.len() < 1200, "{} bytes", text.len());
+        assert_eq!(kind(text.lines().last().unwrap()), "- event_file_full");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::dmb_life::{ConnState, DmbSummary};
+use super::dmb_life::{ConnState, DmbSummary, DELAY_BOUNDS_MS};
 use super::json::{chid, hex, hex_opt};
 
 /// Per-function counters, kept by the fabric.
@@ -107,12 +107,15 @@ impl ConnState {
     }
 }
 
-/// Median and maximum of the zeroing delays, or "-".
+/// The bucket bound of the median zeroing delay and the maximum, or "-".
 fn delays(summary: &DmbSummary) -> String {
-    let mut delays = summary.zero_delays_ms.clone();
-    delays.sort_by(f64::total_cmp);
-    match (delays.get(delays.len() / 2), delays.last()) {
-        (Some(med), Some(max)) => format!("{med:.1}/{max:.1}"),
+    let h = &summary.zero_delays_ms;
+    match (h.median_at_most(), h.max_ms) {
+        (Some(med), Some(max)) => format!("<={med:.0}/{max:.1}"),
+        (None, Some(max)) => format!(
+            ">{:.0}/{max:.1}",
+            DELAY_BOUNDS_MS[DELAY_BOUNDS_MS.len() - 1]
+        ),
         _ => "-".into(),
     }
 }
@@ -229,19 +232,26 @@ impl fmt::Display for Verdict<'_> {
         let reuses = sum(|d| d.reuses);
         writeln!(
             out,
-            "{} DMBs, {} connections, {} closes, {} zeroed after close, {} reuses ({} clean, {} stale)",
+            "{} DMBs, {} connections, {} closes, {} zeroed after close, {} reuses ({} clean, {} stale, {} unchecked)",
             dmbs.len(),
             sum(|d| d.connections),
             sum(|d| d.closes),
             sum(|d| d.zeroed_after_close),
             reuses,
             sum(|d| d.clean_reuses),
-            stale
+            stale,
+            sum(|d| d.unchecked_reuses)
         )?;
+        let unchecked = sum(|d| d.unchecked_reuses);
         if stale > 0 {
             writeln!(
                 out,
                 "VERDICT: STALE — a reused DMB still held an earlier connection's bytes"
+            )
+        } else if unchecked > 0 {
+            writeln!(
+                out,
+                "VERDICT: UNKNOWN — {unchecked} reuse(s) could not be checked; none seen stale"
             )
         } else if reuses > 0 {
             writeln!(
@@ -266,6 +276,7 @@ mod tests {
             owner: 0,
             owner_gid: 0x1234_0049_534d_0001,
             rgid: 0xfedc_ba98_7654_3210,
+            rgid_generation: None,
             iova: 0x1_0001_0000,
             len: 65536,
             sba_idx: 32,
@@ -348,7 +359,7 @@ mod tests {
         let text = Verdict(&snapshot()).to_string();
         assert_eq!(
             text,
-            "1 DMBs, 0 connections, 0 closes, 0 zeroed after close, 0 reuses (0 clean, 0 stale)\n\
+            "1 DMBs, 0 connections, 0 closes, 0 zeroed after close, 0 reuses (0 clean, 0 stale, 0 unchecked)\n\
              VERDICT: no DMB reuse seen\n"
         );
     }

@@ -11,6 +11,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::memfd::{memfd_create, MFdFlags};
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::tempfile::TempFile;
 
@@ -19,26 +21,40 @@ pub use client::{cmd, expect_ok, msg, Client, CommandReply, Reply};
 /// The VLAN id with which the driver probes for SMC-Dv2 capability.
 pub const VLAN_SMCD_V2: u64 = 0x1fff;
 
-/// Guest RAM as QEMU gives it to the device: a shared file on tmpfs, passed by fd.
-/// (An unlinked /dev/shm file behaves like QEMU's memfd for everything the device does:
-/// fd passing, inode identity, shared mappings.)
+/// Guest RAM as QEMU gives it to the device: a memfd, passed by fd, sealed against
+/// growing and shrinking as QEMU's `memory-backend-memfd` seals it by default.
 pub struct GuestRam {
     file: File,
 }
 
 impl GuestRam {
     pub fn new(size: u64) -> io::Result<Self> {
-        let shm = Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let file = TempFile::new_in(&dir)
+        let ram = Self::unsealed(size)?;
+        let seals = SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK;
+        fcntl(&ram.file, FcntlArg::F_ADD_SEALS(seals)).map_err(io::Error::from)?;
+        Ok(ram)
+    }
+
+    /// Guest RAM whose owner may still truncate it (what the device must refuse).
+    pub fn unsealed(size: u64) -> io::Result<Self> {
+        let flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+        let file = File::from(memfd_create(c"guest-ram", flags).map_err(io::Error::from)?);
+        file.set_len(size)?;
+        Ok(Self { file })
+    }
+
+    /// A file on tmpfs instead of a memfd: it cannot be sealed at all.
+    pub fn tmpfs(size: u64) -> io::Result<Self> {
+        let file = TempFile::new_in(Path::new("/dev/shm"))
             .map_err(|e| io::Error::from_raw_os_error(e.errno()))?
             .into_file();
         file.set_len(size)?;
         Ok(Self { file })
+    }
+
+    /// Shrinks the file (what a hostile QEMU could do to unsealed RAM).
+    pub fn truncate(&self, size: u64) -> io::Result<()> {
+        self.file.set_len(size)
     }
 
     pub fn dup_file(&self) -> io::Result<File> {

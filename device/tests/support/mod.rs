@@ -60,10 +60,15 @@ impl Machine {
 
     /// A guest on function `i` that has not probed yet.
     pub fn connect(&self, i: usize) -> Guest {
+        self.connect_with_ram(i, RAM_SIZE)
+    }
+
+    /// The same with `ram_size` bytes of guest RAM.
+    pub fn connect_with_ram(&self, i: usize, ram_size: u64) -> Guest {
         let client = Client::connect(&self.sockets[i]).unwrap();
         Guest {
             client,
-            ram: GuestRam::new(RAM_SIZE).unwrap(),
+            ram: GuestRam::new(ram_size).unwrap(),
             msi: None,
             next_dmb_page: 16,
             next_sba_idx: 32,
@@ -187,6 +192,17 @@ impl Guest {
             len,
             sba_idx,
         }
+    }
+
+    /// SIGNAL_IEQ to `rgid`: event `code` with `info`, an interrupt if `irq`.
+    pub fn signal_ieq(&mut self, rgid: u64, irq: bool, code: u32, info: u64) -> CommandReply {
+        let irq = u32::from(irq);
+        self.command(&wire::SignalIeqRequest::new(
+            rgid.into(),
+            irq.into(),
+            code.into(),
+            info.into(),
+        ))
     }
 
     pub fn unreg_dmb(&mut self, token: u64) -> CommandReply {

@@ -1,0 +1,217 @@
+//! Latency isolation: one hostile guest must not stall the others. A victim function's
+//! data-move latency is measured idle and while another function runs each attack of
+//! issue 13; the bound is p99 <= max(5 ms, 3 x idle p99) and max < 50 ms.
+//!
+//! The machine may be busy with other work (2 shared cores in CI): a window that misses
+//! the bound is measured again, up to `ATTEMPTS` windows, and every window is printed.
+//! An attack that stalls the fabric misses it in every window; a scheduling hiccup of
+//! the host does not repeat.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ism_emu::default_gid;
+use ism_emu::ism::wire;
+use support::*;
+
+const SAMPLE_FOR: Duration = Duration::from_millis(500);
+const ATTEMPTS: usize = 3;
+const MIB: u64 = 1 << 20;
+
+/// A 32-byte CDC message with connection-state byte `state`.
+fn cdc(state: u8) -> Vec<u8> {
+    let mut m = vec![0u8; 32];
+    m[0] = 0xfe;
+    m[23] = state;
+    m
+}
+const CLOSED: u8 = 0x40;
+
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+    n: usize,
+}
+
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "p50 {:>7.3} ms  p99 {:>7.3} ms  max {:>7.3} ms  ({} moves)",
+            self.p50.as_secs_f64() * 1e3,
+            self.p99.as_secs_f64() * 1e3,
+            self.max.as_secs_f64() * 1e3,
+            self.n
+        )
+    }
+}
+
+/// The victim's 6-byte signalled moves into its peer's DMB, one every 200 µs.
+fn measure(victim: &mut Guest, token: u64) -> Stats {
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < SAMPLE_FOR {
+        let t = Instant::now();
+        victim.store_move(token, 0, true, 64, b"victim").unwrap();
+        samples.push(t.elapsed());
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    samples.sort();
+    let pick = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
+    Stats {
+        p50: pick(0.5),
+        p99: pick(0.99),
+        max: *samples.last().unwrap(),
+        n: samples.len(),
+    }
+}
+
+impl Stats {
+    fn within(&self, bound: Duration) -> bool {
+        self.p99 <= bound && self.max < Duration::from_millis(50)
+    }
+}
+
+/// Measures until a window is within `bound` (at most `ATTEMPTS` windows); returns the
+/// last window.
+fn windows(name: &str, bound: Duration, mut measure: impl FnMut() -> Stats) -> Stats {
+    let mut stats = measure();
+    println!("{name:<22}{stats}");
+    for _ in 1..ATTEMPTS {
+        if stats.within(bound) {
+            break;
+        }
+        stats = measure();
+        println!("{name:<22}{stats}  (again)");
+    }
+    stats
+}
+
+/// Runs `attack` on its own thread until the measurement is done.
+fn during<R>(
+    attacker: Guest,
+    attack: impl Fn(&mut Guest) + Send + 'static,
+    measure: impl FnOnce() -> R,
+) -> (R, Guest) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        let mut attacker = attacker;
+        while !flag.load(Ordering::Relaxed) {
+            attack(&mut attacker);
+        }
+        attacker
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let stats = measure();
+    stop.store(true, Ordering::Relaxed);
+    (stats, thread.join().unwrap())
+}
+
+/// Attack 1: many large DMBs of the attacker's own, each closed by a CDC and then left
+/// zero but for its last byte, so the zeroing watcher has all of them to look at.
+fn closed_dmbs_with_a_dirty_last_byte(m: &Machine, count: u32) -> Guest {
+    let mut g = m.connect_with_ram(2, (u64::from(count) + 1) * MIB);
+    g.probe();
+    let own = default_gid(CHID, 2);
+    let base = IOVA_BASE + MIB;
+    g.client
+        .dma_map(base, u64::from(count) * MIB, &g.ram, MIB)
+        .unwrap()
+        .unwrap();
+    for i in 0..count {
+        let iova = base + u64::from(i) * MIB;
+        let req = Guest::reg_dmb_request(iova, MIB as u32, 32 + i, own);
+        let r = g.command(&req);
+        assert_eq!(r.ret, 0, "REG_DMB {i}");
+        let token = r.get::<wire::RegDmbResponse>().unwrap().dmb_tok.get();
+        g.store_move(token, 0, true, 0, &cdc(0)).unwrap();
+        g.store_move(token, 0, true, 0, &cdc(CLOSED)).unwrap();
+        let at = MIB + u64::from(i) * MIB;
+        g.ram.write(at, &[0; 32]).unwrap();
+        g.ram.write(at + MIB - 1, &[1]).unwrap();
+    }
+    g
+}
+
+/// Attack 2: reopen a closed 1 MiB DMB with a 1-byte move, close it, again and again:
+/// each reopen is a reuse the observer checks by reading the whole DMB.
+fn reuse_amplifier(m: &Machine) -> (Guest, u64) {
+    let mut g = m.connect_with_ram(3, 4 * MIB);
+    g.probe();
+    g.client
+        .dma_map(IOVA_BASE + MIB, MIB, &g.ram, MIB)
+        .unwrap()
+        .unwrap();
+    let req = Guest::reg_dmb_request(IOVA_BASE + MIB, MIB as u32, 32, default_gid(CHID, 3));
+    let r = g.command(&req);
+    assert_eq!(r.ret, 0);
+    let token = r.get::<wire::RegDmbResponse>().unwrap().dmb_tok.get();
+    (g, token)
+}
+
+#[test]
+fn a_hostile_function_does_not_stall_another_functions_moves() {
+    let m = Machine::start(4);
+    ism_emu::server::spawn_zero_watcher(Arc::clone(&m.fabric), &m.observer).unwrap();
+    let mut victim = m.guest(0);
+    let mut owner = m.guest(1);
+    let dmb = owner.reg_dmb(16384, default_gid(CHID, 0));
+    // Warm up: first moves map and fault in.
+    for _ in 0..50 {
+        victim
+            .store_move(dmb.token, 0, true, 64, b"warmup")
+            .unwrap();
+    }
+
+    let idle = measure(&mut victim, dmb.token);
+    println!("{:<22}{idle}", "idle");
+    let bound = idle.p99.mul_f64(3.0).max(Duration::from_millis(5));
+
+    let attacker = closed_dmbs_with_a_dirty_last_byte(&m, 64);
+    std::thread::sleep(Duration::from_millis(20));
+    let zero_watch = windows("zeroing-watch scans", bound, || {
+        measure(&mut victim, dmb.token)
+    });
+    drop(attacker);
+
+    let (amplifier, token) = reuse_amplifier(&m);
+    let (reuse, amplifier) = during(
+        amplifier,
+        move |g| {
+            g.store_move(token, 0, true, 0, &cdc(CLOSED)).unwrap();
+            g.store_move(token, 0, false, 4096, b"x").unwrap();
+        },
+        || {
+            windows("reuse amplification", bound, || {
+                measure(&mut victim, dmb.token)
+            })
+        },
+    );
+
+    let target = default_gid(CHID, 1);
+    let (flood, _) = during(
+        amplifier,
+        move |g| {
+            g.signal_ieq(target, true, 0, 0);
+        },
+        || {
+            windows("SIGNAL_IEQ flood", bound, || {
+                measure(&mut victim, dmb.token)
+            })
+        },
+    );
+
+    for (name, s) in [
+        ("zeroing watch", &zero_watch),
+        ("reuse amplification", &reuse),
+        ("SIGNAL_IEQ flood", &flood),
+    ] {
+        assert!(s.p99 <= bound, "{name}: p99 {:?} > {bound:?}", s.p99);
+        assert!(s.max < Duration::from_millis(50), "{name}: max {:?}", s.max);
+    }
+}
