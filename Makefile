@@ -2,7 +2,7 @@
 #
 #   make demo    build what is missing, boot two guests over the emulated ISM,
 #                show the host's view
-#   make test    unit + integration tests, then the end-to-end suite
+#   make test    unit + integration tests, the end-to-end suite, the matrix on the other lines
 #   make matrix  the two-guest suite on every kernel line (5.10, 6.1, 6.12, 7.2), one table
 #
 # Slow artefacts (QEMU, guest kernels) are cached under $(CACHE_DIR), keyed by their inputs.
