@@ -21,8 +21,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 FRESH_DIR="${FRESH_DIR:-$BUILD_DIR/fresh}"
 FRESH_COMMANDS="${FRESH_COMMANDS:-make demo;make test}"
 ROOT="$FRESH_DIR/root"
-CODENAME="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
-[ -n "$CODENAME" ] || die "/etc/os-release names no release"
+CODENAME="$(host_codename)"
 [ "$(id -u)" = 0 ] || die "fresh-check needs root (mmdebstrap, chroot, mounts)"
 command -v rustc >/dev/null || die "no Rust toolchain on PATH (the one prerequisite a user brings)"
 SYSROOT="$(rustc --print sysroot)"
@@ -42,8 +41,7 @@ mkdir -p "$FRESH_DIR"
 
 # The root's apt sources: the host's Debian archive for its release, its -updates and
 # -security suites, as the host's apt names them.
-mapfile -t sources < <(apt-get update --print-uris 2>/dev/null \
-    | sed -nE "s#^'(.*)/dists/($CODENAME(-updates|-security)?)/InRelease'.*#deb \\1 \\2 main#p")
+mapfile -t sources < <(host_debian_sources)
 if [ -n "$DEBIAN_MIRROR" ]; then   # the override replaces the host's main archive
     for i in "${!sources[@]}"; do
         [[ "${sources[i]}" == *" $CODENAME main" ]] && sources[i]="deb $DEBIAN_MIRROR $CODENAME main"

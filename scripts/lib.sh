@@ -82,15 +82,30 @@ decompress_ko() {
     esac
 }
 
+# host_codename: the host's Debian release (bookworm on a Debian 12 machine).
+host_codename() {
+    local codename
+    codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+    [ -n "$codename" ] || die "/etc/os-release names no release"
+    printf '%s\n' "$codename"
+}
+
+# host_debian_sources: one "deb URL SUITE main" line for each of the host release's own
+# suite, -updates and -security, as the host's apt names them (nothing is downloaded).
+host_debian_sources() {
+    local codename
+    codename="$(host_codename)"
+    apt-get update --print-uris 2>/dev/null \
+        | sed -nE "s#^'(.*)/dists/($codename(-updates|-security)?)/InRelease'.*#deb \\1 \\2 main#p"
+}
+
 # debian_mirror: the base URL of Debian's main archive as the host's apt is configured
 # (the source of the host release's own suite), or $DEBIAN_MIRROR when that is set.
 debian_mirror() {
     if [ -z "$DEBIAN_MIRROR" ]; then
         local codename
-        codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
-        [ -n "$codename" ] || die "/etc/os-release names no release; set DEBIAN_MIRROR to Debian's archive"
-        DEBIAN_MIRROR="$(apt-get update --print-uris 2>/dev/null \
-            | sed -n "s|^'\(.*\)/dists/$codename/InRelease'.*|\1|p" | head -n1)"
+        codename="$(host_codename)"
+        DEBIAN_MIRROR="$(host_debian_sources | awk -v s="$codename" '$3 == s { print $2; exit }')"
         [ -n "$DEBIAN_MIRROR" ] \
             || die "the host's apt configuration has no source for Debian $codename; set DEBIAN_MIRROR to Debian's archive"
     fi
@@ -117,7 +132,7 @@ need_host_packages() {
 
 # need_packages STEP...: the host packages scripts/host-packages lists for these steps.
 need_packages() {
-    local s pkgs=() line
+    local s pkgs=() line more
     for s in "$@"; do
         line="$(sed -n "s/^$s:[[:space:]]*//p" "$REPO_ROOT/scripts/host-packages")"
         [ -n "$line" ] || die "scripts/host-packages has no line for step '$s'"
