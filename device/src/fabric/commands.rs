@@ -228,10 +228,10 @@ impl Fabric {
 
 #[cfg(test)]
 mod tests {
-    use super::super::rig::{Rig, BASE, RAM_SIZE};
     use crate::ism::command::{Command, CommandError, DmbRequest, Response};
     use crate::ism::status::EventType;
     use crate::ism::wire::MAX_VLAN_IDS;
+    use crate::testkit::rig::{Rig, BASE, RAM_SIZE};
 
     #[test]
     fn read_gid_answers_the_functions_own_gid() {

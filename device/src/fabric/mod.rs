@@ -8,7 +8,6 @@
 
 mod commands;
 mod moves;
-mod rig;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -294,8 +293,8 @@ impl Fabric {
 
 #[cfg(test)]
 mod tests {
-    use super::rig::Rig;
     use crate::ism::status::{gid_code, EventType};
+    use crate::testkit::rig::Rig;
 
     #[test]
     fn detach_drops_the_dmbs_and_tells_the_peer_whose_dmb_it_used() {
@@ -332,8 +331,8 @@ mod tests {
         assert_eq!(views[1].gid, rig.gid(1));
         assert_eq!(views[1].dmbs_owned, 1);
         assert_eq!(views[0].dmbs_owned, 0);
-        assert_eq!(views[0].sba, Some(super::rig::BASE));
-        assert_eq!(views[0].mapped_bytes, super::rig::RAM_SIZE);
+        assert_eq!(views[0].sba, Some(crate::testkit::rig::BASE));
+        assert_eq!(views[0].mapped_bytes, crate::testkit::rig::RAM_SIZE);
         assert!(views[0].attached && !views[0].interrupt_enabled);
     }
 }

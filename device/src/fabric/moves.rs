@@ -242,12 +242,12 @@ fn look_cost(w: &ZeroWatch, len: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::rig::Rig;
     use super::{look, look_cost, MoveError, PAGE};
     use crate::dma::{DmaSpace, DmaView};
     use crate::ism::MoveAddress;
     use crate::observer::{ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
     use crate::ratelimit::Budget;
+    use crate::testkit::rig::Rig;
     use crate::testkit::GuestRam;
 
     fn to(token: u64, offset: u32, signal: bool) -> u64 {
@@ -282,7 +282,7 @@ mod tests {
     fn a_rejected_move_is_not_reported_to_the_observer() {
         let rig = Rig::new(2);
         let token = rig.reg_dmb(1, rig.gid(0), 32);
-        let iova = super::super::rig::BASE + Rig::dmb_offset(32);
+        let iova = crate::testkit::rig::BASE + Rig::dmb_offset(32);
         rig.fabric.dma_unmap(1, iova, 4096);
         let err = rig.fabric.move_data(0, to(token, 0, true), b"lost");
         assert!(matches!(err, Err(MoveError::OwnerUnmapped(_))), "{err:?}");

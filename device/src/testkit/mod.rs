@@ -1,9 +1,11 @@
 //! Test and benchmark kit (the `testkit` feature): fake guest RAM, a small vfio-user client
 //! and the ISM driver's way of issuing a command. Not part of the emulator.
 //!
-//! Nothing here panics: every failure is an `io::Error` for the test to unwrap.
+//! The client and the RAM do not panic: every failure is an `io::Error` for the test to
+//! unwrap. [`rig::Rig`] is a fixture and panics on a setup step that fails.
 
 mod client;
+pub mod rig;
 
 use std::fs::File;
 use std::io;

@@ -1,14 +1,12 @@
-//! A fabric over in-memory guest RAM for the fabric's own unit tests: no sockets, no
-//! threads. Each function's RAM is mapped at `BASE`, with the SBA in its first page, the
+//! A fabric over in-memory guest RAM, for the fabric's unit tests, the property tests and
+//! the fuzz targets: no sockets, no threads. Each function's RAM is mapped at `BASE`, with the SBA in its first page, the
 //! IEQ in its second and DMBs from `DMB_AREA` on, 64 KiB apart.
-#![cfg(test)]
-
 use std::sync::{Arc, Mutex};
 
 use zerocopy::FromBytes;
 
-use super::Fabric;
 use crate::dmb::{Dmb, FunctionId};
+use crate::fabric::Fabric;
 use crate::ism::command::{Command, CommandError, DmbRequest, Response};
 use crate::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN, IEQ_LEN};
 use crate::ism::MoveAddress;
