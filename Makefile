@@ -15,7 +15,7 @@ BUILD_DIR ?= $(CURDIR)/build
 export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
-	e2e-variants matrix e2e-matrix readme-check fresh-check bench lint clean
+	e2e-variants matrix e2e-matrix results-check readme-check fresh-check bench lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -78,11 +78,16 @@ matrix: images-all emulator
 e2e-matrix: images-all emulator
 	scripts/matrix.sh --others
 
+# Every e2e run writes KTAP and JUnit reports to build/results; this reads them back with
+# the kernel's KTAP parser and junitparser and checks they say what the runs recorded.
+results-check: kernel
+	scripts/results-check.sh
+
 # README's own command blocks, run as written (the ones it marks as tested).
 readme-check: images emulator
 	scripts/readme-check.sh
 
-test: lint unit qemu-smoke e2e e2e-variants e2e-matrix readme-check
+test: lint unit qemu-smoke e2e e2e-variants e2e-matrix results-check readme-check
 
 # README's two commands in a minimal Debian 12 root with an empty cache: proves that the
 # project's own files install everything they need (CI runs it before `make test`).

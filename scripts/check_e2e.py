@@ -216,25 +216,48 @@ def observed_zeroing(evidence):
     return "mixed" if rel else "none"
 
 
+# The run's test points, in report order (scripts/results.py turns them into KTAP and
+# JUnit): each fails with the messages given to `fail`.
+CHECKS = {
+    "guest_kernel": "every guest booted and reported the same kernel",
+    "guest_programs_passed": "every guest test program passed (its own byte checks included)",
+    "every_connection_smcd": "every connection ran SMC-D, per the guest kernel's sock_diag",
+    "checksums_agree": "sender and receiver checksums of each stream agree",
+    "emulator_saw_traffic": "the emulator saw DMB registrations and data moves",
+    "event_stream": "the event stream has registrations, connection opens and closes",
+    "reuses_checked": "the observer checked every DMB reuse",
+    "observer_zeroing": "the host's view of released DMBs matches what the kernel does",
+    "clc_on_wire": "each connection's CLC handshake is on the wire",
+}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", required=True, type=pathlib.Path)
     ap.add_argument("--variant", default="stock")
     ap.add_argument("--result", type=pathlib.Path,
                     help="also write the run's key figures as JSON here (for `make matrix`)")
+    ap.add_argument("--checks", type=pathlib.Path,
+                    help="append the run's test points here, one JSON object a line")
     args = ap.parse_args()
     errors = []
+    failed = {name: [] for name in CHECKS}
+    notes = {name: [] for name in CHECKS}
+
+    def fail(check, message):
+        errors.append(message)
+        failed[check].append(message)
 
     releases = kernel_releases(args.run_dir)
     if not releases:
-        errors.append("no guest reported its kernel (ISMTEST: BOOTED)")
+        fail("guest_kernel", "no guest reported its kernel (ISMTEST: BOOTED)")
     elif len(set(releases.values())) != 1:
-        errors.append(f"the guests run different kernels: {releases}")
+        fail("guest_kernel", f"the guests run different kernels: {releases}")
     release = next(iter(releases.values()), "?")
     try:
         expected = expected_zeroing(args.variant, release)
     except ValueError as e:
-        errors.append(str(e))
+        fail("guest_kernel", str(e))
         expected = "?"
 
     rows, conns = guest_results(args.run_dir)
@@ -243,14 +266,14 @@ def main():
         print(f"{guest:<6} {f.get('test','?'):<11} {f.get('side','?'):<7} {f.get('conns','?'):>5} {f.get('smcd','?'):>5} "
               f"{f.get('fallback','?'):>8} {f.get('bytes','?'):>12} {f.get('checksum','-'):<20} {'ok' if f['_ok'] else 'FAIL'}")
         if not f["_ok"]:
-            errors.append(f"{guest}: {f.get('test')} {f.get('side')} failed: {f.get('first_error', '')}")
+            fail("guest_programs_passed", f"{guest}: {f.get('test')} {f.get('side')} failed: {f.get('first_error', '')}")
         elif f.get("side") != "self" and (f.get("smcd") != f.get("conns") or f.get("fallback") != "0"):
-            errors.append(f"{guest}: {f.get('test')}: not every connection used SMC-D")
+            fail("every_connection_smcd", f"{guest}: {f.get('test')}: not every connection used SMC-D")
     if not rows:
-        errors.append("no SUMMARY lines in any guest console")
+        fail("guest_programs_passed", "no SUMMARY lines in any guest console")
     non_smcd = [c for _, c in conns if c.get("mode") != "SMCD"]
     if non_smcd:
-        errors.append(f"{len(non_smcd)} connection(s) reported a mode other than SMCD")
+        fail("every_connection_smcd", f"{len(non_smcd)} connection(s) reported a mode other than SMCD")
     # Checksums of a stream must agree between the sending and the receiving side.
     by_test = {}
     for guest, f in rows:
@@ -258,31 +281,31 @@ def main():
             by_test.setdefault(f.get("test"), set()).add(f.get("checksum"))
     for test, sums in by_test.items():
         if len(sums) != 1:
-            errors.append(f"{test}: client and server checksums differ: {sorted(sums)}")
+            fail("checksums_agree", f"{test}: client and server checksums differ: {sorted(sums)}")
 
     snap_path = args.run_dir / "snapshot.json"
     try:
         snap = json.loads(snap_path.read_text())
     except (OSError, ValueError) as e:
-        errors.append(f"no emulator snapshot ({e})")
+        fail("emulator_saw_traffic", f"no emulator snapshot ({e})")
         snap = {"functions": [], "dmbs": []}
     moves = sum(f["counters"]["moves_out"] for f in snap["functions"])
     if moves == 0:
-        errors.append("the emulator saw no data moves")
+        fail("emulator_saw_traffic", "the emulator saw no data moves")
     dmbs = snap["dmbs"]
     if not dmbs:
-        errors.append("the emulator saw no DMB registrations")
+        fail("emulator_saw_traffic", "the emulator saw no DMB registrations")
 
     events = []
     try:
         for line in (args.run_dir / "events.jsonl").read_text().splitlines():
             events.append(json.loads(line))
     except (OSError, ValueError) as e:
-        errors.append(f"event stream unreadable: {e}")
+        fail("event_stream", f"event stream unreadable: {e}")
     kinds = {e["kind"] for e in events}
     for needed in ("dmb_registered", "conn_opened", "conn_closed"):
         if needed not in kinds:
-            errors.append(f"no {needed} event in the stream")
+            fail("event_stream", f"no {needed} event in the stream")
 
     reuses = sum(d["reuses"] for d in dmbs)
     stale = sum(d["stale_reuses"] for d in dmbs)
@@ -290,7 +313,7 @@ def main():
     def within(hist, ms):
         return sum(n for le, n in zip(hist["le_ms"], hist["counts"]) if le <= ms)
     if dmbs and RELEASE_WINDOW_MS not in dmbs[0]["zero_delays_ms"]["le_ms"]:
-        errors.append(f"zero_delays_ms has no bucket bound at {RELEASE_WINDOW_MS} ms")
+        fail("observer_zeroing", f"zero_delays_ms has no bucket bound at {RELEASE_WINDOW_MS} ms")
     hists = [d["zero_delays_ms"] for d in dmbs]
     zeroings = sum(h["count"] for h in hists)
     at_release = sum(within(h, RELEASE_WINDOW_MS) for h in hists)
@@ -313,43 +336,43 @@ def main():
 
     unchecked = sum(d.get("unchecked_reuses", 0) for d in dmbs)
     if unchecked:
-        errors.append(f"{unchecked} reuse(s) not checked (DMB unreadable or over the read budget)")
+        fail("reuses_checked", f"{unchecked} reuse(s) not checked (DMB unreadable or over the read budget)")
     verdict = observed_zeroing(evidence)
     print(f"reuses by when the DMB became zero: {evidence['release']} at release, "
           f"{evidence['hand-out']} at hand-out, {evidence['stale']} stale, {evidence['undecided']} undecided "
           f"(next connection within {RELEASE_WINDOW_MS:.0f} ms of the close)")
     if expected == "release":
         if stale:
-            errors.append(f"kernel {release} zeroes at release: {stale} stale reuse(s)")
+            fail("observer_zeroing", f"kernel {release} zeroes at release: {stale} stale reuse(s)")
         if reuses == 0:
-            errors.append(f"kernel {release}: no reuse seen")
+            fail("observer_zeroing", f"kernel {release}: no reuse seen")
         for d in dmbs:
             hist = d["zero_delays_ms"]
             late = hist["count"] - within(hist, RELEASE_WINDOW_MS)
             if d["reuses"] and d["zeroed_after_close"] < d["reuses"]:
-                errors.append(f"kernel {release} zeroes at release: DMB {d['token']} reused {d['reuses']}x but zeroed after close only {d['zeroed_after_close']}x")
+                fail("observer_zeroing", f"kernel {release} zeroes at release: DMB {d['token']} reused {d['reuses']}x but zeroed after close only {d['zeroed_after_close']}x")
             if late:
-                errors.append(f"kernel {release} zeroes at release: DMB {d['token']} zeroed late after close {late}x (max {hist['max_ms']:.1f} ms)")
+                fail("observer_zeroing", f"kernel {release} zeroes at release: DMB {d['token']} zeroed late after close {late}x (max {hist['max_ms']:.1f} ms)")
     elif expected == "hand-out":
         if reuses == 0:
-            errors.append(f"kernel {release}: no reuse seen")
+            fail("observer_zeroing", f"kernel {release}: no reuse seen")
         if stale:
-            errors.append(f"kernel {release} zeroes at hand-out: {stale} stale reuse(s)")
+            fail("observer_zeroing", f"kernel {release} zeroes at hand-out: {stale} stale reuse(s)")
         if evidence["release"]:
-            errors.append(f"kernel {release} zeroes at hand-out: {evidence['release']} reuse(s) zeroed right after the close "
+            fail("observer_zeroing", f"kernel {release} zeroes at hand-out: {evidence['release']} reuse(s) zeroed right after the close "
                           f"and idle until the next connection; expected none at release")
         if not evidence["hand-out"]:
-            errors.append(f"kernel {release} zeroes at hand-out: no reuse shows it (every next connection came too soon?)")
+            fail("observer_zeroing", f"kernel {release} zeroes at hand-out: no reuse shows it (every next connection came too soon?)")
     elif expected == "stale":
         if stale == 0:
-            errors.append(f"kernel {release} ({args.variant}): no stale reuse detected")
+            fail("observer_zeroing", f"kernel {release} ({args.variant}): no stale reuse detected")
     if expected != "?" and verdict != expected and not errors:
-        errors.append(f"the host's view says {verdict}, kernel {release} ({args.variant}) should show {expected}")
+        fail("observer_zeroing", f"the host's view says {verdict}, kernel {release} ({args.variant}) should show {expected}")
 
     try:
         clc = clc_versions(args.run_dir)
     except (OSError, ValueError) as e:
-        errors.append(f"cannot read the network capture: {e}")
+        fail("clc_on_wire", f"cannot read the network capture: {e}")
         clc = {}
     version = version_label(clc)
     smcd_conns = sum(int(f.get("smcd", 0)) for _, f in rows if f.get("side") == "client")
@@ -359,7 +382,7 @@ def main():
     # talks to itself does it over its own interface, which no capture sees).
     two_guests = len({guest for guest, _ in rows}) >= 2
     if two_guests and client_conns and list(args.run_dir.glob("*.net.pcap")) and len(clc) < client_conns:
-        errors.append(f"{len(clc)} CLC handshake(s) on the wire for {client_conns} connection(s)")
+        fail("clc_on_wire", f"{len(clc)} CLC handshake(s) on the wire for {client_conns} connection(s)")
     print(f"guest kernel {release} ({args.variant}): zeroing expected: {expected}, host's view: {verdict}; "
           f"SMC-D version on the wire: {version} ({len(clc)} CLC handshakes)")
     if args.result:
@@ -371,6 +394,19 @@ def main():
             "zeroings": zeroings, "median_zero_ms": median, "ok": not errors,
             "errors": errors,
         }, indent=1) + "\n")
+    notes["observer_zeroing"].append(
+        f"kernel {release} ({args.variant}): expected {expected}, host's view {verdict}; reuses {reuses}, "
+        f"stale {stale}; at release {evidence['release']}, at hand-out {evidence['hand-out']}, "
+        f"undecided {evidence['undecided']}")
+    notes["every_connection_smcd"].append(
+        f"{smcd_conns} of {client_conns} client connections SMC-D, {fallbacks} fallback; "
+        f"SMC-D version on the wire {version}")
+    notes["emulator_saw_traffic"].append(f"{len(dmbs)} DMBs, {moves} moves")
+    if args.checks:
+        with args.checks.open("a") as out:
+            for name, what in CHECKS.items():
+                out.write(json.dumps({"name": name, "ok": not failed[name], "what": what,
+                                      "diag": notes[name] + failed[name]}) + "\n")
     print(f"variant {args.variant}: " + ("as expected" if not errors else "NOT as expected"))
     for e in errors:
         print(f"  error: {e}", file=sys.stderr)

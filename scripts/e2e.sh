@@ -28,6 +28,7 @@ topologies=("$@")
 check_artefacts
 mkdir -p "$E2E_DIR"
 failed=()
+run_dirs=()
 
 run_self() {
     emu_start 1
@@ -45,23 +46,36 @@ run_crash() {
     guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smctest stream server --io-timeout=300
     guest_start victim "$RUN_DIR/ism1.sock" 10.0.0.2/24 off \
         smctest stream client --host=10.0.0.1 --bytes=64G --io-timeout=300
-    python3 "$REPO_ROOT/scripts/wait_stream.py" "$EMU_BIN" "$RUN_DIR/control.sock" --timeout 300 \
+    python3 "$REPO_ROOT/scripts/wait_stream.py" "$EMU_BIN" "$RUN_DIR/control.sock" --timeout 300
+    record_check stream_started $? "the stream between a and victim reached the device" \
         || { warn "crash: the stream never started"; tail -n 20 "$RUN_DIR"/*.console.log >&2; return 1; }
     step "crash: killing guest victim's QEMU mid-stream"
-    guest_kill victim || { warn "crash: no QEMU to kill"; return 1; }
+    guest_kill victim
+    record_check victim_killed $? "SIGKILL to the victim's QEMU" || { warn "crash: no QEMU to kill"; return 1; }
     local killed=$SECONDS
     wait "$GUEST_PID_victim" 2>/dev/null || true
     local rc=0
     wait "$GUEST_PID_a" || rc=$?
     local took=$((SECONDS - killed))
-    local log="$RUN_DIR/a.console.log"
+    local log="$RUN_DIR/a.console.log" last
     echo "crash: guest a ended ${took} s after the kill (QEMU status $rc)"
-    grep -E '^(CONN|SUMMARY|smctest)' "$log" | tail -n 4 | sed 's/^/  a: /'
-    [ "$rc" -eq 0 ] || { warn "crash: guest a did not end normally"; return 1; }
-    grep -q '^ISMTEST: RESULT FAIL' "$log" || { warn "crash: guest a's stream did not fail"; return 1; }
-    [ "$took" -le "$CRASH_ABORT_LIMIT" ] || { warn "crash: guest a took ${took} s (> ${CRASH_ABORT_LIMIT} s) to notice"; return 1; }
-    kill -0 "$EMU_PID" 2>/dev/null || { warn "crash: the emulator died"; return 1; }
-    grep -q '"kind":"function_detached"' "$RUN_DIR/events.jsonl" || { warn "crash: no function_detached event"; return 1; }
+    last="$(grep -E '^(CONN|SUMMARY|smctest)' "$log" | tail -n 4)" || true
+    sed 's/^/  a: /' <<<"$last"
+    local ok=0
+    [ "$rc" -eq 0 ]
+    record_check survivor_alive $? "guest a's QEMU ended with status $rc (0: it ran to its end)" \
+        || { warn "crash: guest a did not end normally"; ok=1; }
+    grep -q '^ISMTEST: RESULT FAIL' "$log"
+    record_check survivor_stream_failed $? "$last" || { warn "crash: guest a's stream did not fail"; ok=1; }
+    [ "$took" -le "$CRASH_ABORT_LIMIT" ]
+    record_check survivor_noticed_in_time $? "${took} s from the kill to guest a's end (limit ${CRASH_ABORT_LIMIT} s)" \
+        || { warn "crash: guest a took ${took} s (> ${CRASH_ABORT_LIMIT} s) to notice"; ok=1; }
+    kill -0 "$EMU_PID" 2>/dev/null
+    record_check emulator_alive $? || { warn "crash: the emulator died"; ok=1; }
+    grep -q '"kind":"function_detached"' "$RUN_DIR/events.jsonl"
+    record_check detach_event $? "a function_detached event in the stream" \
+        || { warn "crash: no function_detached event"; ok=1; }
+    return $ok
 }
 
 for topo in "${topologies[@]}"; do
@@ -76,14 +90,18 @@ for topo in "${topologies[@]}"; do
         crash) run_crash || rc=1 ;;
         *) die "unknown topology '$topo' (two, self, crash)" ;;
     esac
-    observe json >"$RUN_DIR/snapshot.json" 2>>"$RUN_DIR/emulator.log" || rc=1
+    observe json >"$RUN_DIR/snapshot.json" 2>>"$RUN_DIR/emulator.log" && st=0 || st=$?
+    record_check emulator_snapshot "$st" "observe json answered" || rc=1
     observe summary >"$RUN_DIR/summary.txt" 2>&1 || true
-    emu_stop || rc=1
+    emu_stop && st=0 || st=$?
+    record_check emulator_clean_shutdown "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
     topo_cleanup
     if [ "$topo" != crash ]; then
         python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" \
-            --result "$RUN_DIR/result.json" || rc=1
+            --result "$RUN_DIR/result.json" --checks "$RUN_DIR/checks.jsonl" || rc=1
     fi
+    echo $((SECONDS - start)) >"$RUN_DIR/seconds"
+    run_dirs+=("$RUN_DIR")
     cat "$RUN_DIR/summary.txt"
     if [ "$rc" -eq 0 ]; then
         step "e2e: topology '$topo' PASSED in $((SECONDS - start)) s (logs: $RUN_DIR)"
@@ -92,6 +110,10 @@ for topo in "${topologies[@]}"; do
         failed+=("$topo")
     fi
 done
+
+# KTAP and JUnit for this invocation, named after the log folder and the kernel.
+python3 "$REPO_ROOT/scripts/results.py" write --name "$(basename "$E2E_DIR")-$(kernel_suffix)" \
+    --out "$BUILD_DIR/results" "${run_dirs[@]}" || failed+=(results)
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "e2e: ${#topologies[@]} topologies, ${#failed[@]} failed: ${failed[*]}"

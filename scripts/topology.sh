@@ -96,22 +96,38 @@ guest_kill() {
     kill -KILL "$pid"
 }
 
-# guest_wait NAME: waits for the guest; 0 if it ran its program and it passed.
+# record_check NAME STATUS [DIAGNOSTIC...]: one test point of this run (STATUS 0: ok) in
+# RUN_DIR/checks.jsonl, which scripts/results.py turns into the KTAP and JUnit reports.
+# Returns STATUS, so a check can end a function: `record_check x $? "why" || return 1`.
+record_check() {
+    local name="$1" status="$2"; shift 2
+    python3 -c 'import json, sys; print(json.dumps({"name": sys.argv[1], "ok": sys.argv[2] == "0", "diag": sys.argv[3:]}))' \
+        "$name" "$status" "$@" >>"$RUN_DIR/checks.jsonl"
+    return "$status"
+}
+
+# guest_wait NAME: waits for the guest; 0 if it ran its program and it passed. Records
+# the outcome as the run's test point guest_NAME, with the guest's SUMMARY lines.
 guest_wait() {
     local name="$1" var="GUEST_PID_$1" rc=0
     wait "${!var}" || rc=$?
-    local log="$RUN_DIR/$name.console.log"
+    local log="$RUN_DIR/$name.console.log" summary
+    summary="$(grep -E '^SUMMARY ' "$log" 2>/dev/null | cut -c1-300)" || true
     if [ "$rc" -ne 0 ]; then
         warn "guest $name: QEMU ended with status $rc; last console lines:"
         tail -n 40 "$log" >&2 || true
         cat "$RUN_DIR/$name.run.log" >&2 || true
+        record_check "guest_$name" 1 "QEMU ended with status $rc" "$(tail -n 5 "$log" 2>/dev/null)"
         return 1
     fi
     if ! grep -q '^ISMTEST: RESULT PASS' "$log"; then
         warn "guest $name: test did not pass; last console lines:"
         tail -n 40 "$log" >&2
+        record_check "guest_$name" 1 "the guest's program did not pass" "$summary" \
+            "$(grep -E '^(ERROR|smctest|SUITE: FAIL)' "$log" | tail -n 5)"
         return 1
     fi
+    record_check "guest_$name" 0 "$summary"
 }
 
 # run_pair TEST...: the two-guest topology. Guest a (10.0.0.1) serves, guest b

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Reads back every KTAP and JUnit report under build/results (written by each e2e.sh run,
+# scripts/results.py) with real parsers, and fails unless they say exactly what the runs
+# recorded: KTAP through the kernel's own parser (tools/testing/kunit/kunit.py parse, from
+# a kernel tree the kernel step unpacked), JUnit through junitparser (PyPI, in a venv in
+# the cache). So a CI system that reads either format sees the suite's real verdicts.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+need_packages results
+RESULTS_DIR="${RESULTS_DIR:-$BUILD_DIR/results}"
+JUNITPARSER_VERSION=5.0.3
+
+kunit="$(find "$CACHE_DIR/kernel/work" -path '*/src/tools/testing/kunit/kunit.py' 2>/dev/null | sort -V | tail -n1)"
+[ -n "$kunit" ] || die "no kernel tree with tools/testing/kunit in $CACHE_DIR/kernel/work: run 'make kernel' first"
+
+venv="$CACHE_DIR/tools/junitparser-$JUNITPARSER_VERSION"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import junitparser' 2>/dev/null; then
+    step "results-check: junitparser $JUNITPARSER_VERSION into $venv"
+    rm -rf "$venv"
+    logged "python3 -m venv" python3 -m venv "$venv"
+    logged "pip install junitparser" "$venv/bin/pip" install --disable-pip-version-check "junitparser==$JUNITPARSER_VERSION"
+fi
+python3 "$REPO_ROOT/scripts/results.py" check --kunit "$kunit" --junitparser-python "$venv/bin/python" "$RESULTS_DIR"
