@@ -15,7 +15,8 @@ BUILD_DIR ?= $(CURDIR)/build
 export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
-	e2e-variants matrix e2e-matrix results-check readme-check fresh-check bench lint clean
+	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
+	ci-smcd-check bench lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -93,6 +94,20 @@ test: lint unit qemu-smoke e2e e2e-variants e2e-matrix results-check readme-chec
 # project's own files install everything they need (CI runs it before `make test`).
 fresh-check:
 	scripts/fresh-check.sh
+
+# A guest's shell on the console, a peer guest serving smctest echo, the observer beside
+# (scripts/shell.sh). `make shell-check` drives it in a tmux terminal as a person would.
+shell: images emulator
+	scripts/shell.sh
+
+shell-check: images emulator
+	scripts/shell-check.sh
+
+# scripts/ci-smcd.sh (the entry point for a kernel tree's CI, docs/ci.md) on a real tree:
+# a Debian line's source treated as someone's tree, built, changed by one line, rebuilt,
+# tested; its KTAP and JUnit read back by real parsers.
+ci-smcd-check: qemu emulator
+	scripts/ci-smcd-check.sh
 
 bench:
 	cargo bench --bench throughput

@@ -6,6 +6,20 @@
 #   VARIANT=stock|prezero|nozero
 #                    stock = the unmodified tree; the others apply
 #                    guest-tests/kernel/patches/<variant>/*.patch (negative controls)
+#   KERNEL=custom with KERNEL_SRC=DIR
+#                    your own kernel tree (5.10 or later, clean or with uncommitted
+#                    changes), built out of tree: the objects go to
+#                    $BUILD_DIR/kernel-src/<tree>/obj, nothing is written into DIR.
+#                    Cached by the tree's state: HEAD plus a hash of the uncommitted
+#                    diff and untracked files (a git tree), or of every file's size and
+#                    time (any other tree); a one-line change rebuilds incrementally.
+#                    KERNEL_CONFIG=FILE merges the fragments into FILE (e.g. the .config
+#                    of your own s390 build) instead of allnoconfig.
+#   KERNEL=custom with KERNEL_IMAGE=FILE MODULES_DIR=DIR
+#                    a kernel you built already: its image and the folder its
+#                    `make modules_install INSTALL_MOD_PATH=` filled (or its
+#                    lib/modules/<release>); published as they are, after checks.
+#                    (KERNEL_SRC or KERNEL_IMAGE alone imply KERNEL=custom.)
 #
 # The tree is Debian's linux-source-X.Y (architecture all; the kernel tree as a tarball),
 # cross-compiled with bookworm's gcc-s390x-linux-gnu from `make allnoconfig` plus the
@@ -20,6 +34,10 @@
 # place, so only the patched files are recompiled). They are never part of a result.
 source "$(dirname "$0")/../scripts/lib.sh"
 
+if [ "$KERNEL" = custom ]; then
+    exec "$REPO_ROOT/guest-tests/build-kernel-tree.sh"
+fi
+
 # ---- The one place that names the source package of each kernel line. ----------------
 # SUITE  Debian suite that carries the package; PKG  binary package; PKGVER  exact version.
 case "$KERNEL" in
@@ -27,7 +45,7 @@ case "$KERNEL" in
     6.1)  SUITE=bookworm; PKG=linux-source-6.1;  PKGVER=6.1.176-1 ;;
     6.12) SUITE=trixie;   PKG=linux-source-6.12; PKGVER=6.12.117-1 ;;
     7.2)  SUITE=sid;      PKG=linux-source-7.2;  PKGVER=7.2.13-1 ;;
-    *) die "KERNEL=$KERNEL is not a supported kernel line (known: 5.10, 6.1, 6.12, 7.2)" ;;
+    *) die "KERNEL=$KERNEL is not a supported kernel line (known: 5.10, 6.1, 6.12, 7.2; or KERNEL_SRC=DIR for your own tree)" ;;
 esac
 # ---------------------------------------------------------------------------------------
 
@@ -36,10 +54,9 @@ case "$VARIANT" in
     *) die "VARIANT=$VARIANT is unknown (stock, prezero or nozero)" ;;
 esac
 
+source "$REPO_ROOT/guest-tests/kernel-build.sh"
 KDIR="$REPO_ROOT/guest-tests/kernel"
-FRAGMENTS=("$KDIR/ism.config")
-[ -f "$KDIR/ism-${KERNEL%%.*}.x.config" ] && FRAGMENTS+=("$KDIR/ism-${KERNEL%%.*}.x.config")
-[ -f "$KDIR/ism-$KERNEL.config" ] && FRAGMENTS+=("$KDIR/ism-$KERNEL.config")
+kernel_fragments "$KERNEL"
 
 PATCHDIR="$KDIR/patches/$VARIANT"
 PATCHES=()
@@ -62,16 +79,11 @@ need_packages kernel
 
 GCCVER="$(${CROSS_COMPILE}gcc --version | head -n1)"
 HASH="$(input_hash "$PKG=$PKGVER" "$GCCVER" "$VARIANT" "${FRAGMENTS[@]}" "${PATCHES[@]}" \
-    "$REPO_ROOT/guest-tests/build-kernel.sh")"
+    "$REPO_ROOT/guest-tests/build-kernel.sh" "$REPO_ROOT/guest-tests/kernel-build.sh")"
 RESULT="$CACHE_DIR/kernel/$PKGVER-$VARIANT-$HASH"
 OUT="$(kernel_dir)"
 
-publish() {
-    mkdir -p "$BUILD_DIR"
-    if [ -e "$OUT" ] && [ ! -L "$OUT" ]; then rm -rf "$OUT"; fi
-    ln -sfn "$RESULT" "$OUT.new" && mv -T "$OUT.new" "$OUT"
-    step "kernel $KERNEL ($VARIANT, $(cat "$RESULT/kernel.release")): $OUT"
-}
+publish() { publish_kernel "$RESULT" "$OUT" "$KERNEL ($VARIANT)"; }
 
 if [ -f "$RESULT/bzImage" ]; then
     step "kernel $KERNEL ($VARIANT) is cached ($RESULT)"
@@ -150,50 +162,9 @@ if [ "$current" != "$want" ]; then
     fi
 fi
 
-# ---- configure -------------------------------------------------------------------------
+# ---- configure, build, collect (guest-tests/kernel-build.sh) -------------------------
 KMAKE=(nice make --no-print-directory -C "$SRC" O="$OBJ" -j2 LOCALVERSION="$LOCALVERSION")
-mkdir -p "$OBJ"
-step "configuring: allnoconfig + ${FRAGMENTS[*]##*/}"
-"${KMAKE[@]}" -s allnoconfig >&2
-(cd "$OBJ" && "$SRC/scripts/kconfig/merge_config.sh" -m -O "$OBJ" "$OBJ/.config" "${FRAGMENTS[@]}" >/dev/null) \
-    || die "merge_config.sh failed"
-"${KMAKE[@]}" -s olddefconfig >&2
-
-# Every option of every fragment must have landed with the requested value.
-bad=()
-while IFS= read -r line; do
-    if [[ "$line" =~ ^(CONFIG_[A-Za-z0-9_]+)=(.*)$ ]]; then
-        sym="${BASH_REMATCH[1]}"; val="${BASH_REMATCH[2]}"
-        if [ "$val" = n ]; then
-            grep -q "^$sym=" "$OBJ/.config" && bad+=("$sym: wanted n, got $(grep "^$sym=" "$OBJ/.config" | cut -d= -f2-)")
-        else
-            got="$(grep "^$sym=" "$OBJ/.config" | cut -d= -f2- || true)"
-            [ "$got" = "$val" ] || bad+=("$sym: wanted $val, got ${got:-not set}")
-        fi
-    elif [[ "$line" =~ ^#\ (CONFIG_[A-Za-z0-9_]+)\ is\ not\ set ]]; then
-        sym="${BASH_REMATCH[1]}"
-        grep -q "^$sym=" "$OBJ/.config" && bad+=("$sym: wanted not set, got $(grep "^$sym=" "$OBJ/.config" | cut -d= -f2-)")
-    fi
-done < <(cat "${FRAGMENTS[@]}")
-if [ ${#bad[@]} -gt 0 ]; then
-    printf '  %s\n' "${bad[@]}" >&2
-    die "${#bad[@]} option(s) of the config fragments did not land (see above; missing dependencies or renamed symbols in $PKG $PKGVER?)"
-fi
-step "config verified: every fragment option has its requested value"
-
-# ---- build and collect -----------------------------------------------------------------
-step "building $PKG $PKGVER ($VARIANT): nice make -j2 (a cold build takes several minutes)"
-t0=$SECONDS
-"${KMAKE[@]}" -s bzImage modules >&2 || die "kernel build failed"
-step "compiled in $((SECONDS - t0)) s"
-
-TMP="$RESULT.tmp"
-rm -rf "$TMP"; mkdir -p "$TMP"
-cp "$OBJ/arch/s390/boot/bzImage" "$OBJ/System.map" "$OBJ/.config" "$TMP/"
-"${KMAKE[@]}" -s modules_install INSTALL_MOD_PATH="$TMP" INSTALL_MOD_STRIP=1 DEPMOD=/sbin/depmod >&2
-"${KMAKE[@]}" -s kernelrelease >"$TMP/kernel.release"
-rm -f "$TMP"/lib/modules/*/build "$TMP"/lib/modules/*/source
-printf 'KERNEL=%s\nVARIANT=%s\nPKG=%s\nPKGVER=%s\nRELEASE=%s\n' \
-    "$KERNEL" "$VARIANT" "$PKG" "$PKGVER" "$(cat "$TMP/kernel.release")" >"$TMP/build-info"
-rm -rf "$RESULT"; mv -T "$TMP" "$RESULT"
+configure_kernel ""
+build_kernel "$PKG $PKGVER ($VARIANT)"
+collect_kernel "$RESULT" "KERNEL=$KERNEL" "VARIANT=$VARIANT" "PKG=$PKG" "PKGVER=$PKGVER"
 publish

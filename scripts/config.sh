@@ -4,7 +4,10 @@
 # Every guest kernel line the project builds (guest-tests/build-kernel.sh names each one's
 # Debian package): 5.10 (bullseye), 6.1 (bookworm), 6.12 (trixie), 7.2 (sid).
 KERNEL_LINES="5.10 6.1 6.12 7.2"
-# Guest kernel line of a single run: 6.12 (Debian trixie) by default.
+# Guest kernel line of a single run: 6.12 (Debian trixie) by default; "custom" is your own
+# tree or build (KERNEL_SRC, or KERNEL_IMAGE with MODULES_DIR: guest-tests/build-kernel.sh),
+# and the default when one of those is set.
+if [ -z "${KERNEL:-}" ] && [ -n "${KERNEL_SRC:-}${KERNEL_IMAGE:-}" ]; then KERNEL=custom; fi
 KERNEL="${KERNEL:-6.12}"
 # Guest kernel variant: stock (unmodified), prezero or nozero (negative controls).
 VARIANT="${VARIANT:-stock}"

@@ -10,7 +10,9 @@
 #          emulator carry on, and the emulator still shuts down cleanly
 # Environment: KERNEL (5.10 | 6.1 | 6.12 | 7.2), VARIANT (stock | prezero | nozero), TESTS (the
 # smcsuite tests, default "echo stream seq concurrent"), GUEST_TIMEOUT (s, default 600),
-# E2E_DIR (logs, default build/e2e).
+# E2E_DIR (logs, default build/e2e), RESULTS_DIR and RESULTS_NAME (the KTAP and JUnit
+# reports: RESULTS_DIR/RESULTS_NAME.ktap and .junit.xml; default build/results and
+# <E2E_DIR's name>-<kernel>, e.g. e2e-6.12).
 #
 # Checks, per topology: each guest passed (every connection SMC-D, every byte verified,
 # per smctest's sock_diag query in the guest); the emulator saw the traffic; its DMB
@@ -112,8 +114,8 @@ for topo in "${topologies[@]}"; do
 done
 
 # KTAP and JUnit for this invocation, named after the log folder and the kernel.
-python3 "$REPO_ROOT/scripts/results.py" write --name "$(basename "$E2E_DIR")-$(kernel_suffix)" \
-    --out "$BUILD_DIR/results" "${run_dirs[@]}" || failed+=(results)
+python3 "$REPO_ROOT/scripts/results.py" write --name "${RESULTS_NAME:-$(basename "$E2E_DIR")-$(kernel_suffix)}" \
+    --out "${RESULTS_DIR:-$BUILD_DIR/results}" "${run_dirs[@]}" || failed+=(results)
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "e2e: ${#topologies[@]} topologies, ${#failed[@]} failed: ${failed[*]}"

@@ -10,7 +10,9 @@ need_packages results
 RESULTS_DIR="${RESULTS_DIR:-$BUILD_DIR/results}"
 JUNITPARSER_VERSION=5.0.3
 
-kunit="$(find "$CACHE_DIR/kernel/work" -path '*/src/tools/testing/kunit/kunit.py' 2>/dev/null | sort -V | tail -n1)"
+# The parser of the tree under test if there is one, else of the newest unpacked line.
+kunit="${KERNEL_SRC:+$KERNEL_SRC/tools/testing/kunit/kunit.py}"
+[ -f "$kunit" ] || kunit="$(find "$CACHE_DIR/kernel/work" -path '*/src/tools/testing/kunit/kunit.py' 2>/dev/null | sort -V | tail -n1)"
 [ -n "$kunit" ] || die "no kernel tree with tools/testing/kunit in $CACHE_DIR/kernel/work: run 'make kernel' first"
 
 venv="$CACHE_DIR/tools/junitparser-$JUNITPARSER_VERSION"
