@@ -88,7 +88,7 @@ results-check: kernel
 readme-check: images emulator
 	scripts/readme-check.sh
 
-test: lint unit qemu-smoke e2e e2e-variants e2e-matrix results-check readme-check
+test: lint unit qemu-smoke e2e e2e-variants e2e-matrix results-check shell-check readme-check
 
 # README's two commands in a minimal Debian 12 root with an empty cache: proves that the
 # project's own files install everything they need (CI runs it before `make test`).

@@ -32,7 +32,7 @@ net_server=on
 if [ "$SHELL_GUESTS" = 2 ]; then
     # The peer serves one echo connection at a time, again and again, until poweroff.
     guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 on \
-        sh -c "while%20:;%20do%20smctest%20echo%20server%20--port=12345%20--conns=1;%20done"
+        sh -c "while%20:;%20do%20smctest%20echo%20server%20--port=12345%20--conns=1;%20sleep%201;%20done"
     net_server=off
 fi
 step "shell: guest a (10.0.0.1) on this console; the host's events: $RUN_DIR/observer.log"
