@@ -27,8 +27,9 @@ const RAM: u64 = 8 * PAGE;
 const PAGE: u64 = 4096;
 const PAGES: usize = (RAM / PAGE) as usize;
 const DMB_FROM: u64 = 2 * PAGE;
-/// SIGNAL_IEQs each function may send in a scenario: the fabric's burst, never refilled,
-/// so the rate limit is deterministic (the real budget refills with wall time).
+/// SIGNAL_IEQs each function may send in a scenario, never refilled, so the rate limit
+/// is deterministic (the fabric's budget refills with wall time); more than the fabric's
+/// burst of 8 so that IEQs get to wrap.
 const SIGNAL_BURST: u64 = 20;
 
 fn cases() -> u32 {
@@ -1034,6 +1035,11 @@ fn run(s: &Scenario, checks: Checks) -> Result<(), TestCaseError> {
                 let next = model.functions[id].ieq.unwrap();
                 let last = (next + IEQ_ENTRIES - 1) % IEQ_ENTRIES;
                 prop_assert_eq!(index, last + 1, "ism{}'s IEQ index at {}", id, at);
+                let f = &model.functions[id];
+                if f.mapped(0, 1) {
+                    let flags = rig.ram(id, 0, 1)[0];
+                    prop_assert!(flags & 0x40 != 0, "ism{}'s event bit at {}", id, at);
+                }
                 for (k, event) in events.iter().rev().enumerate() {
                     let slot = (last + IEQ_ENTRIES - k as u64) % IEQ_ENTRIES;
                     let (_, entry) = rig.ieq(id, slot);

@@ -8,7 +8,6 @@ use zerocopy::FromBytes;
 
 use crate::dmb::{Dmb, FunctionId};
 use crate::fabric::Fabric;
-use crate::fabric::MoveError;
 use crate::ism::command::{self, Command, CommandError, DmbRequest, Response};
 use crate::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN, IEQ_LEN};
 use crate::ism::wire::Request;
@@ -158,24 +157,6 @@ impl Rig {
         let bytes = request.as_bytes();
         area[..bytes.len()].copy_from_slice(bytes);
         command::decode(&area).and_then(|cmd| self.fabric.execute(id, cmd))
-    }
-
-    /// A data move by `sender` of `data` to `offset` in DMB `token`, element 0.
-    pub fn move_to(
-        &self,
-        sender: FunctionId,
-        token: u64,
-        offset: u32,
-        data: &[u8],
-        signal: bool,
-    ) -> Result<(), MoveError> {
-        let addr = MoveAddress {
-            token,
-            dmbe: 0,
-            signal,
-            offset,
-        };
-        self.fabric.move_data(sender, addr.encode(), data)
     }
 
     pub fn gid(&self, id: FunctionId) -> u64 {
