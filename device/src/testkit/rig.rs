@@ -1,14 +1,16 @@
 //! A fabric over in-memory guest RAM, for the fabric's unit tests, the property tests and
-//! the fuzz targets: no sockets, no threads. Each function's RAM is mapped at `BASE`, with the SBA in its first page, the
-//! IEQ in its second and DMBs from `DMB_AREA` on, 64 KiB apart.
+//! the fuzz targets: no sockets, no threads. Each function's RAM is mapped at `BASE`, with
+//! the SBA in its first page, the IEQ in its second and DMBs from `DMB_AREA` on, 64 KiB
+//! apart (`Rig::with_ram` makes the RAM smaller; its user then places DMBs itself).
 use std::sync::{Arc, Mutex};
 
 use zerocopy::FromBytes;
 
 use crate::dmb::{Dmb, FunctionId};
 use crate::fabric::Fabric;
-use crate::ism::command::{Command, CommandError, DmbRequest, Response};
+use crate::ism::command::{self, Command, CommandError, DmbRequest, Response};
 use crate::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN, IEQ_LEN};
+use crate::ism::wire::Request;
 use crate::ism::MoveAddress;
 use crate::observer::{EventSink, ReuseCheck, ZeroScan, ZeroWatch};
 use crate::testkit::GuestRam;
@@ -88,31 +90,73 @@ pub struct Rig {
     pub fabric: Fabric,
     pub rams: Vec<GuestRam>,
     pub sink: Arc<Recorder>,
+    ram_size: u64,
 }
 
 impl Rig {
     /// `n` attached functions whose guests mapped their RAM and registered SBA and IEQ.
     pub fn new(n: usize) -> Self {
+        Self::with_ram(n, RAM_SIZE)
+    }
+
+    /// Like `new` with `ram_size` bytes of RAM per function (at least `DMB_AREA`): small
+    /// RAM keeps whole-RAM snapshots cheap for tests that compare them after every step.
+    pub fn with_ram(n: usize, ram_size: u64) -> Self {
         let sink = Arc::new(Recorder::default());
         let functions = (0..n)
             .map(|i| (format!("ism{i}"), crate::default_gid(0x1234, i)))
             .collect();
         let fabric = Fabric::new(0x1234, functions, sink.clone());
-        let rams: Vec<GuestRam> = (0..n).map(|_| GuestRam::new(RAM_SIZE).unwrap()).collect();
-        for (id, ram) in rams.iter().enumerate() {
-            fabric.attach(id);
-            let file = ram.dup_file().unwrap();
-            fabric
-                .dma_map(id, BASE, RAM_SIZE, Some(file), 0, true)
-                .unwrap();
-            fabric.execute(id, Command::RegSba { iova: BASE }).unwrap();
-            let ieq = Command::RegIeq {
-                iova: BASE + IEQ_AT,
-                len: IEQ_LEN,
-            };
-            fabric.execute(id, ieq).unwrap();
+        let rams: Vec<GuestRam> = (0..n).map(|_| GuestRam::new(ram_size).unwrap()).collect();
+        let rig = Self {
+            fabric,
+            rams,
+            sink,
+            ram_size,
+        };
+        for id in 0..n {
+            rig.fabric.attach(id);
+            rig.probe(id);
         }
-        Self { fabric, rams, sink }
+        rig
+    }
+
+    /// What the client and driver do on probe (again after a reset): map the RAM,
+    /// register SBA and IEQ.
+    pub fn probe(&self, id: FunctionId) {
+        let file = self.rams[id].dup_file().unwrap();
+        self.fabric
+            .dma_map(id, BASE, self.ram_size, Some(file), 0, true)
+            .unwrap();
+        self.fabric
+            .execute(id, Command::RegSba { iova: BASE })
+            .unwrap();
+        let ieq = Command::RegIeq {
+            iova: BASE + IEQ_AT,
+            len: IEQ_LEN,
+        };
+        self.fabric.execute(id, ieq).unwrap();
+    }
+
+    /// A new client (a new guest with fresh RAM) attaches to function `id` after the last
+    /// one left, and its driver probes.
+    pub fn reattach(&mut self, id: FunctionId) {
+        self.rams[id] = GuestRam::new(self.ram_size).unwrap();
+        self.fabric.attach(id);
+        self.probe(id);
+    }
+
+    /// Sends `request` through the command area the way the backend does: decode, then
+    /// execute, so the decoder's checks apply too.
+    pub fn command<R: Request>(
+        &self,
+        id: FunctionId,
+        request: R,
+    ) -> Result<Response, CommandError> {
+        let mut area = [0u8; 4096];
+        let bytes = request.as_bytes();
+        area[..bytes.len()].copy_from_slice(bytes);
+        command::decode(&area).and_then(|cmd| self.fabric.execute(id, cmd))
     }
 
     pub fn gid(&self, id: FunctionId) -> u64 {
