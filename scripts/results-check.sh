@@ -10,9 +10,10 @@ need_packages results
 RESULTS_DIR="${RESULTS_DIR:-$BUILD_DIR/results}"
 JUNITPARSER_VERSION=5.0.3
 
-# The parser of the tree under test if there is one, else of the newest unpacked line.
+# The parser of the tree under test if it knows KTAP (kernels before 5.18 read only
+# "TAP version 14"), else the newest unpacked line's.
 kunit="${KERNEL_SRC:+$KERNEL_SRC/tools/testing/kunit/kunit.py}"
-[ -f "$kunit" ] || kunit="$(find "$CACHE_DIR/kernel/work" -path '*/src/tools/testing/kunit/kunit.py' 2>/dev/null | sort -V | tail -n1)"
+grep -qs 'KTAP version' "$(dirname "${kunit:-/nonexistent}")/kunit_parser.py" || kunit="$(find "$CACHE_DIR/kernel/work" -path '*/src/tools/testing/kunit/kunit.py' 2>/dev/null | sort -V | tail -n1)"
 [ -n "$kunit" ] || die "no kernel tree with tools/testing/kunit in $CACHE_DIR/kernel/work: run 'make kernel' first"
 
 venv="$CACHE_DIR/tools/junitparser-$JUNITPARSER_VERSION"
