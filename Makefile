@@ -101,7 +101,7 @@ soak: images emulator
 	SOAK_ROUNDS=$(SOAK_ROUNDS) SOAK_GUESTS=8 scripts/soak.sh
 
 soak-short: images emulator
-	SOAK_ROUNDS=3 SOAK_GUESTS=4 scripts/soak.sh
+	SOAK_ROUNDS=3 SOAK_GUESTS=8 scripts/soak.sh
 
 clean:
 	rm -rf $(BUILD_DIR) target

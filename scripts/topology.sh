@@ -81,14 +81,15 @@ observe() { "$EMU_BIN" observe --control "$RUN_DIR/control.sock" "$@"; }
 # handshake, whose SMC-D version check_e2e.py reads) in RUN_DIR/NAME.net.pcap.
 # Optional, from the environment: GUEST_NET (the link's socket, default RUN_DIR/net.sock:
 # a link joins exactly one listening and one connecting guest, so more pairs need one
-# each), GUEST_MEM and GUEST_SMP (run-guest.sh's --mem and --smp).
+# each), GUEST_MEM and GUEST_SMP (run-guest.sh's --mem and --smp), GUEST_APPEND_EXTRA
+# (more kernel parameters, e.g. ismtest.verbose=1).
 guest_start() {
     local name="$1" sock="$2" ip="$3" net_server="$4"; shift 4
     local run size=()
     run="$(IFS=+; echo "$*")"
     [ -z "${GUEST_MEM:-}" ] || size+=(--mem "$GUEST_MEM")
     [ -z "${GUEST_SMP:-}" ] || size+=(--smp "$GUEST_SMP")
-    local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))"
+    local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}"
     "$REPO_ROOT/qemu-configs/run-guest.sh" --name "$name" \
         --kernel "$(guest_kernel)" --initrd "$(guest_initrd)" --append "$append" \
         --ism "$sock" --chid "$CHID" \
