@@ -111,22 +111,32 @@ pair_errors() {
     echo "$e"
 }
 
+# survivor_start NAME TIMEOUT: boots the survivor. It keeps its kernel's messages on the
+# console: if it ever stops answering, they may say why (RCU stall reports, SMC warnings).
+survivor_start() {
+    GUEST_TIMEOUT="$2" GUEST_NET="$RUN_DIR/net-victim.link" GUEST_APPEND_EXTRA=ismtest.verbose=1 \
+        guest_start "$1" "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcsoak survivor
+}
+
+survivor_up() {
+    wait_count "$RUN_DIR/$1.console.log" 'listening on .*:12346' 1 600 && return 0
+    warn "kill-return: survivor $1 never listened"
+    tail -n 20 "$RUN_DIR/$1.console.log" >&2
+    return 1
+}
+
 run_kill_return() {
     local long=$((SOAK_ROUNDS * 120 + 900)) rounds_file="$RUN_DIR/rounds.txt"
-    local r failed=0 started=0 errs=0 pair_ok prev_ok stalls=0 lost=0
+    local r failed=0 started=0 errs=0 pair_ok prev_ok stalls=0 lost=0 lost_rounds=() sv=survivor
     emu_start 4
-    # The survivor keeps its kernel's messages on the console: if it ever stops answering,
-    # they say why (RCU stall reports, the SMC stack's warnings).
-    GUEST_TIMEOUT=$long GUEST_NET="$RUN_DIR/net-victim.link" GUEST_APPEND_EXTRA=ismtest.verbose=1 \
-        guest_start survivor "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcsoak survivor
+    survivor_start "$sv" $long
     GUEST_TIMEOUT=$long GUEST_NET="$RUN_DIR/net-pair.link" \
         guest_start pserver "$RUN_DIR/ism2.sock" 10.0.1.1/24 on smcsoak server
     GUEST_TIMEOUT=$long GUEST_NET="$RUN_DIR/net-pair.link" \
         guest_start pclient "$RUN_DIR/ism3.sock" 10.0.1.2/24 off smcsoak client 10.0.1.1 "$SOAK_PAIR_BYTES"
     local t0
     t0="$(now)"
-    wait_count "$RUN_DIR/survivor.console.log" 'listening on .*:12346' 1 600 \
-        || { warn "kill-return: the survivor never listened"; tail -n 20 "$RUN_DIR/survivor.console.log" >&2; return 1; }
+    survivor_up "$sv" || return 1
     wait_count "$RUN_DIR/pclient.console.log" '^SUMMARY test=stream side=client .* ok$' 1 600 \
         || { warn "kill-return: the pair never streamed"; tail -n 20 "$RUN_DIR"/p*.console.log >&2; return 1; }
     step "kill-return: survivor and pair up after $(since "$t0") s; $SOAK_ROUNDS rounds"
@@ -160,8 +170,8 @@ run_kill_return() {
         wait "${!pid}" 2>/dev/null || true
         forget_pid "${!pid}"
         # Every started stream ends on the survivor's side with one SUMMARY line.
-        if wait_count "$RUN_DIR/survivor.console.log" '^SUMMARY test=stream side=server' \
-            "$started" $((SOAK_ABORT_LIMIT + 60)); then
+        if wait_count "$RUN_DIR/$sv.console.log" '^SUMMARY test=stream side=server' \
+            "$started" $((SOAK_ABORT_LIMIT + 5)); then
             abort_s="$(since "$killed")"
             awk -v a="$abort_s" -v l="$SOAK_ABORT_LIMIT" 'BEGIN { exit !(a > l) }' \
                 && why="${why:-the survivor took ${abort_s} s (> ${SOAK_ABORT_LIMIT} s) to see the abort}"
@@ -189,15 +199,24 @@ run_kill_return() {
             "$pair_ok" $((pair_ok - prev_ok)) "$errs" "$rss" "$fds" "$threads" "$(since "$rt")" \
             "${why:+ ($why)}" | tee -a "$rounds_file"
         prev_ok="$pair_ok"
-        # A survivor that missed an abort is stuck in it (its stream server waits for the
-        # 300 s I/O timeout): the rounds after it would only measure that.
+        # A survivor that missed an abort no longer answers (not even TCP, docs/soak.md):
+        # the rounds after it need a new one. Counted, and the run fails.
         if [ "$lost" = 1 ]; then
-            warn "kill-return: the survivor missed the abort of round $r; stopping after $r of $SOAK_ROUNDS rounds"
-            tr -d '\r' <"$RUN_DIR/survivor.console.log" | tail -n 30 | sed 's/^/  survivor: /' >&2
-            break
+            warn "kill-return: survivor $sv missed the abort of round $r; booting a new one"
+            tr -d '\r' <"$RUN_DIR/$sv.console.log" | tail -n 8 | sed "s/^/  $sv: /" >&2
+            lost_rounds+=("$r")
+            pid="$(cat "$RUN_DIR/$sv.qemu.pid" 2>/dev/null)" && kill -KILL "$pid" 2>/dev/null || true
+            pid="GUEST_PID_$sv"
+            wait "${!pid}" 2>/dev/null || true
+            forget_pid "${!pid}"
+            sv="survivor$r"
+            started=0
+            lost=0
+            survivor_start "$sv" $long
+            survivor_up "$sv" || return 1
         fi
     done
-    local done_rounds=$((r > SOAK_ROUNDS ? SOAK_ROUNDS : r))
+    local done_rounds=$((r - 1))
 
     local rss_f fds_f thr_f rss_first rss_last fds_first fds_last thr_first thr_last ok=PASS
     rss_f="$(awk '{print $1}' "$RUN_DIR/stats.txt" | flm)"
@@ -206,13 +225,14 @@ run_kill_return() {
     IFS=/ read -r rss_first rss_last _ <<<"$rss_f"
     IFS=/ read -r fds_first fds_last _ <<<"$fds_f"
     IFS=/ read -r thr_first thr_last _ <<<"$thr_f"
-    [ "$failed" -eq 0 ] && [ "$done_rounds" -eq "$SOAK_ROUNDS" ] || ok=FAIL
+    [ "$failed" -eq 0 ] && [ "$done_rounds" -eq "$SOAK_ROUNDS" ] && [ ${#lost_rounds[@]} -eq 0 ] || ok=FAIL
     [ "$fds_last" -le "$fds_first" ] || { warn "kill-return: the emulator's fds grew ($fds_first -> $fds_last)"; ok=FAIL; }
     [ "$thr_last" -le "$thr_first" ] || { warn "kill-return: the emulator's threads grew ($thr_first -> $thr_last)"; ok=FAIL; }
     [ "$rss_last" -le $((rss_first + SOAK_RSS_SLACK_KB)) ] \
         || { warn "kill-return: the emulator's RSS grew by more than $SOAK_RSS_SLACK_KB KiB ($rss_first -> $rss_last)"; ok=FAIL; }
     summary "soak kill-return: rounds=$done_rounds/$SOAK_ROUNDS failed_rounds=$failed abort_s(max/p50)=$(max_p50 <"$RUN_DIR/abort_s.txt" 2>/dev/null || echo -/-)" \
         "round_s(max/p50)=$(awk '{for (i = 1; i <= NF; i++) if ($i ~ /^round_s=/) {sub(/round_s=/, "", $i); print $i}}' "$rounds_file" | max_p50)" \
+        "survivors_lost=${#lost_rounds[@]}${lost_rounds[*]:+ (rounds ${lost_rounds[*]})}" \
         "pair_streams=$pair_ok pair_errors=$errs pair_stalls=$stalls rss_kb(first/last/max)=$rss_f (slack $SOAK_RSS_SLACK_KB)" \
         "fds(first/last/max)=$fds_f threads(first/last/max)=$thr_f $ok"
     [ "$ok" = PASS ]
