@@ -94,8 +94,8 @@ bench:
 
 # Soak with real guests (scripts/soak.sh, docs/soak.md): a guest killed and booted again
 # SOAK_ROUNDS times beside a streaming pair, SOAK_GUESTS guests streaming at once, the
-# emulator killed under load. Not part of `make test`: the full run takes about
-# three quarters of an hour; `soak-short` is CI's few-minute version.
+# emulator killed under load. Not part of `make test`: the full run takes 15-25 minutes
+# on two cores; `soak-short` is CI's version, about 3 minutes.
 SOAK_ROUNDS ?= 100
 soak: images emulator
 	SOAK_ROUNDS=$(SOAK_ROUNDS) SOAK_GUESTS=8 scripts/soak.sh
