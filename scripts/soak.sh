@@ -9,7 +9,8 @@
 #                (10.0.1.1/.2) streams checksummed data the whole time. Every round: the
 #                survivor's stream aborts within SOAK_ABORT_LIMIT s, the victim's echo ran
 #                SMC-D after its re-attach, the pair saw no error and kept streaming.
-#                Over the run: the emulator's fds and threads do not grow, its RSS grows
+#                A survivor that misses an abort is replaced and counted (survivors_lost,
+#                the run fails), and the rounds go on. Over the run: the emulator's fds and threads do not grow, its RSS grows
 #                by at most SOAK_RSS_SLACK_KB.
 #   many         SOAK_GUESTS guests (SOAK_GUESTS/2 pairs) on one emulator, each pair
 #                streaming at the same time; every connection SMC-D, every checksum
