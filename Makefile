@@ -16,7 +16,7 @@ export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
-	ci-smcd-check bench lint clean
+	ci-smcd-check bench soak soak-short lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -111,6 +111,17 @@ ci-smcd-check: qemu emulator
 
 bench:
 	cargo bench --bench throughput
+
+# Soak with real guests (scripts/soak.sh, docs/soak.md): a guest killed and booted again
+# SOAK_ROUNDS times beside a streaming pair, SOAK_GUESTS guests streaming at once, the
+# emulator killed under load. Not part of `make test`: the full run takes 15-25 minutes
+# on two cores; `soak-short` is CI's version, about 3 minutes.
+SOAK_ROUNDS ?= 100
+soak: images emulator
+	SOAK_ROUNDS=$(SOAK_ROUNDS) SOAK_GUESTS=8 scripts/soak.sh
+
+soak-short: images emulator
+	SOAK_ROUNDS=3 SOAK_GUESTS=8 scripts/soak.sh
 
 clean:
 	rm -rf $(BUILD_DIR) target

@@ -18,7 +18,16 @@ topo_init() {
 }
 
 topo_cleanup() {
-    local pid
+    local pid f
+    # A guest still running is stopped at its QEMU: the TERM below ends run-guest.sh but
+    # not the QEMU it started. The pid is taken only while that QEMU's command line names
+    # the pidfile, so a stale file of a killed guest never hits a recycled pid.
+    for f in "${RUN_DIR:-/nonexistent}"/*.qemu.pid; do
+        [ -s "$f" ] || continue
+        pid="$(cat "$f")"
+        tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "-pidfile $f" || continue
+        kill -TERM "$pid" 2>/dev/null || true
+    done
     for pid in "${_topo_pids[@]}"; do
         kill -TERM "$pid" 2>/dev/null || true
     done
@@ -70,15 +79,21 @@ observe() { "$EMU_BIN" observe --control "$RUN_DIR/control.sock" "$@"; }
 # Boots one guest in the background; its pid is in GUEST_PID_<NAME>. QEMU records the
 # guest's network traffic (the first 512 bytes of each frame: enough for the SMC CLC
 # handshake, whose SMC-D version check_e2e.py reads) in RUN_DIR/NAME.net.pcap.
+# Optional, from the environment: GUEST_NET (the link's socket, default RUN_DIR/net.sock:
+# a link joins exactly one listening and one connecting guest, so more pairs need one
+# each), GUEST_MEM and GUEST_SMP (run-guest.sh's --mem and --smp), GUEST_APPEND_EXTRA
+# (more kernel parameters, e.g. ismtest.verbose=1).
 guest_start() {
     local name="$1" sock="$2" ip="$3" net_server="$4"; shift 4
-    local run
+    local run size=()
     run="$(IFS=+; echo "$*")"
-    local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))"
+    [ -z "${GUEST_MEM:-}" ] || size+=(--mem "$GUEST_MEM")
+    [ -z "${GUEST_SMP:-}" ] || size+=(--smp "$GUEST_SMP")
+    local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}"
     "$REPO_ROOT/qemu-configs/run-guest.sh" --name "$name" \
         --kernel "$(guest_kernel)" --initrd "$(guest_initrd)" --append "$append" \
         --ism "$sock" --chid "$CHID" \
-        --net-socket "$RUN_DIR/net.sock" --net-server "$net_server" \
+        --net-socket "${GUEST_NET:-$RUN_DIR/net.sock}" --net-server "$net_server" "${size[@]}" \
         --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
         --pidfile "$RUN_DIR/$name.qemu.pid" \
         -- -object "filter-dump,id=netdump0,netdev=net0,maxlen=512,file=$RUN_DIR/$name.net.pcap" \
