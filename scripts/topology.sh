@@ -78,7 +78,9 @@ observe() { "$EMU_BIN" observe --control "$RUN_DIR/control.sock" "$@"; }
 # guest_start NAME ISM_SOCKET IP NET_SERVER(on|off) RUN_WORDS...
 # Boots one guest in the background; its pid is in GUEST_PID_<NAME>. QEMU records the
 # guest's network traffic (the first 512 bytes of each frame: enough for the SMC CLC
-# handshake, whose SMC-D version check_e2e.py reads) in RUN_DIR/NAME.net.pcap.
+# handshake, whose SMC-D version check_e2e.py reads) in RUN_DIR/NAME.net.pcap. Its QEMU
+# monitor listens at RUN_DIR/NAME.monitor (scripts/guest_where.py reads a stuck guest's
+# CPUs through it).
 # Optional, from the environment: GUEST_NET (the link's socket, default RUN_DIR/net.sock:
 # a link joins exactly one listening and one connecting guest, so more pairs need one
 # each), GUEST_MEM and GUEST_SMP (run-guest.sh's --mem and --smp), GUEST_APPEND_EXTRA
@@ -97,6 +99,7 @@ guest_start() {
         --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
         --pidfile "$RUN_DIR/$name.qemu.pid" \
         -- -object "filter-dump,id=netdump0,netdev=net0,maxlen=512,file=$RUN_DIR/$name.net.pcap" \
+        -monitor "unix:$RUN_DIR/$name.monitor,server=on,wait=off" \
         >"$RUN_DIR/$name.run.log" 2>&1 &
     local pid=$!
     _topo_pids+=("$pid")
