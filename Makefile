@@ -15,7 +15,7 @@ BUILD_DIR ?= $(CURDIR)/build
 export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
-	e2e-variants matrix e2e-matrix readme-check fresh-check bench lint clean
+	e2e-variants matrix e2e-matrix readme-check fresh-check bench fuzz lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -91,6 +91,12 @@ fresh-check:
 
 bench:
 	cargo bench --bench throughput
+
+# Coverage-guided fuzzing (device/fuzz, nightly + cargo-fuzz): every target for FUZZ_SECS
+# seconds (default 60), FUZZ_TARGETS to choose; one line per target (docs/fuzzing.md).
+# Not part of `test`.
+fuzz:
+	scripts/fuzz.sh
 
 clean:
 	rm -rf $(BUILD_DIR) target
