@@ -44,7 +44,7 @@ for t in $FUZZ_TARGETS; do
     artifacts="$OUT/artifacts/$t"
     log="$OUT/logs/$t.log"
     mkdir -p "$corpus" "$artifacts"
-    cp -n "$FUZZ_DIR/seeds/$t/"* "$corpus/"
+    cp -n "$FUZZ_DIR/seeds/$t/"* "$corpus/" 2>/dev/null || true
     step "building fuzz target $t (nightly, AddressSanitizer)"
     (cd "$FUZZ_DIR" && logged "cargo fuzz build $t" cargo +nightly fuzz build "$t") \
         || die "fuzz target $t does not build"
@@ -53,7 +53,7 @@ for t in $FUZZ_TARGETS; do
     (cd "$FUZZ_DIR" && nice -n 10 cargo +nightly fuzz run "$t" "$corpus" -- \
         -max_total_time="$FUZZ_SECS" -print_final_stats=1 -timeout=60 \
         -artifact_prefix="$artifacts/") >"$log" 2>&1 || rc=$?
-    crash="$(grep -oE "Test unit written to [^ ]+" "$log" | tail -n 1 | sed 's/^Test unit written to //')"
+    crash="$(sed -nE 's/.*Test unit written to ([^ ]+).*/\1/p' "$log" | tail -n 1)"
     crashes=0
     if [ "$rc" -ne 0 ] || [ -n "$crash" ]; then
         crashes=1
