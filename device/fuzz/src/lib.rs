@@ -341,7 +341,8 @@ impl World {
             );
             let start = dmb.iova + u64::from(addr.offset);
             let owner = &self.guests[dmb.owner];
-            let at = allowed_offsets(&owner.mappings, &[start..start + data.len() as u64]);
+            let range = start..start + data.len() as u64;
+            let at = allowed_offsets(&owner.mappings, std::slice::from_ref(&range));
             // With one known translation the bytes must be there; a guest that remapped
             // the range leaves several candidates, and the allowed set still applies.
             if let [range] = &at[..] {

@@ -33,7 +33,7 @@ impl Reply {
     pub fn check_shape(&self, op: u32) {
         assert_eq!(self.cmd, op, "response echoes another opcode");
         assert!(
-            self.len >= 8 && self.len % 8 == 0,
+            self.len >= 8 && self.len.is_multiple_of(8),
             "response length {}",
             self.len
         );
