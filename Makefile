@@ -16,7 +16,7 @@ export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
-	ci-smcd-check bench soak soak-short lint clean
+	ci-smcd-check bench soak soak-short fuzz lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -122,6 +122,12 @@ soak: images emulator
 
 soak-short: images emulator
 	SOAK_ROUNDS=3 SOAK_GUESTS=8 scripts/soak.sh
+
+# Coverage-guided fuzzing (device/fuzz, nightly + cargo-fuzz): every target for FUZZ_SECS
+# seconds (default 60), FUZZ_TARGETS to choose; one line per target (docs/fuzzing.md).
+# Not part of `test`.
+fuzz:
+	scripts/fuzz.sh
 
 clean:
 	rm -rf $(BUILD_DIR) target

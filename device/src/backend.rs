@@ -60,10 +60,16 @@ impl IsmBackend {
     /// Runs the request now in the command area and leaves the response there.
     fn execute_command(&mut self) {
         let opcode = command::opcode_of(&self.command_area[..]);
-        let result = command::decode(&self.command_area[..]).and_then(|cmd| {
-            log::trace!("{}: command {cmd:?}", self.name);
-            self.fabric.execute(self.id, cmd)
-        });
+        let result = match command::decode(&self.command_area[..]) {
+            Ok(cmd) => {
+                log::trace!("{}: command {cmd:?}", self.name);
+                self.fabric.execute(self.id, cmd)
+            }
+            Err(e) => {
+                self.fabric.command_undecodable(self.id);
+                Err(e)
+            }
+        };
         if let Err(e) = &result {
             if self.guest_errors_may_log() {
                 log::warn!(

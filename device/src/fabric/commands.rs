@@ -26,6 +26,15 @@ impl Fabric {
         result
     }
 
+    /// Counts a command that failed before it reached the fabric (unknown opcode, wrong
+    /// length, bad field): the host's view must show every failed command.
+    pub fn command_undecodable(&self, id: FunctionId) {
+        let mut st = self.lock();
+        let counters = &mut st.functions[id].counters;
+        counters.commands += 1;
+        counters.command_errors += 1;
+    }
+
     fn execute_locked(
         &self,
         st: &mut FabricState,
