@@ -4,7 +4,10 @@ socket and names the kernel function from the guest kernel's System.map. For a g
 that stopped answering (a hang, a spin, a deadlock): the same function in every sample
 is where it is stuck.
 
-Usage: guest_where.py MONITOR_SOCKET SYSTEM_MAP [--samples N] [--interval S]
+Usage: guest_where.py MONITOR_SOCKET SYSTEM_MAP [--console LOG] [--samples N] [--interval S]
+
+Module code is named from the guest's console log when the guest booted with
+ismtest.modsyms=1 (its init prints the modules' symbols as `ISMTEST: MODSYM` lines).
 """
 
 import argparse
@@ -42,13 +45,25 @@ def monitor(path, command, timeout=5.0):
     return out.decode(errors="replace").replace("\r", "")
 
 
-def load_symbols(path):
-    syms = []
+def load_symbols(path, console=None):
+    kernel, modules, stext = [], [], None
     for line in open(path):
         parts = line.split()
         if len(parts) >= 3 and parts[1].lower() in ("t", "w"):
-            syms.append((int(parts[0], 16), parts[2]))
-    syms.sort()
+            kernel.append((int(parts[0], 16), parts[2]))
+            if parts[2] == "_stext":
+                stext = int(parts[0], 16)
+    shift = 0
+    if console:
+        for line in open(console, errors="replace"):
+            parts = line.replace("\r", "").split()
+            # ISMTEST: MODSYM <addr> <type> <name> [[<module>]]
+            if len(parts) >= 5 and parts[1] == "MODSYM" and parts[3].lower() in ("t", "w"):
+                if len(parts) == 5 and parts[4] == "_stext" and stext is not None:
+                    shift = int(parts[2], 16) - stext   # KASLR: where the kernel really is
+                elif len(parts) >= 6:
+                    modules.append((int(parts[2], 16), f"{parts[4]}{parts[5]}"))
+    syms = sorted([(a + shift, n) for a, n in kernel] + modules)
     return [a for a, _ in syms], [n for _, n in syms]
 
 
@@ -63,10 +78,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("monitor")
     ap.add_argument("system_map")
+    ap.add_argument("--console", help="the guest's console log, for its MODSYM lines")
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--interval", type=float, default=0.3)
     args = ap.parse_args()
-    addrs, names = load_symbols(args.system_map)
+    addrs, names = load_symbols(args.system_map, args.console)
     seen = {}
     for n in range(args.samples):
         try:

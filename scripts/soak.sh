@@ -118,7 +118,7 @@ pair_errors() {
 # survivor_start NAME TIMEOUT: boots the survivor. It keeps its kernel's messages on the
 # console: if it ever stops answering, they may say why (RCU stall reports, SMC warnings).
 survivor_start() {
-    GUEST_TIMEOUT="$2" GUEST_NET="$RUN_DIR/net-victim.link" GUEST_APPEND_EXTRA=ismtest.verbose=1 \
+    GUEST_TIMEOUT="$2" GUEST_NET="$RUN_DIR/net-victim.link" GUEST_APPEND_EXTRA="ismtest.verbose=1 ismtest.modsyms=1" \
         guest_start "$1" "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcsoak survivor
 }
 
@@ -210,6 +210,7 @@ run_kill_return() {
             tr -d '\r' <"$RUN_DIR/$sv.console.log" | tail -n 8 | sed "s/^/  $sv: /" >&2
             # Where its CPU is, before it goes: the kernel function it is stuck in.
             python3 "$REPO_ROOT/scripts/guest_where.py" "$RUN_DIR/$sv.monitor" "$(kernel_dir)/System.map" \
+                --console "$RUN_DIR/$sv.console.log" --samples 20 --interval 0.1 \
                 >"$RUN_DIR/$sv.where.txt" 2>&1 || true
             sed "s/^/  $sv where: /" "$RUN_DIR/$sv.where.txt" >&2
             lost_rounds+=("$r")
