@@ -23,7 +23,8 @@
 # is refused up front with the reason (status 2).
 #
 # Environment: KERNEL_SRC (a kernel tree, 6.x; default the 6.12 line's Debian source,
-# copied to VNG_DIR/tree), VNG_QEMU, VNG_DIR (default build/vng-check), VNG_TIMEOUT
+# copied to VNG_DIR/tree), VNG_KERNEL_DIR (instead: a kernel built already, a folder
+# like build/kernel-6.12: bzImage, .config, kernel.release, lib/modules/), VNG_QEMU, VNG_DIR (default build/vng-check), VNG_TIMEOUT
 # (seconds for the guest run, default 600).
 # Exit status: 0 passed; 1 a check failed; 2 a prerequisite is missing.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -40,7 +41,7 @@ BASH_STATIC_VER=5.2.37-2+b10
 # Left out: debug info, virtio-fs (no virtiofsd in Debian 12), SCSI, vsock.
 VNG_KCONFIG=(
     CONFIG_NETWORK_FILESYSTEMS=y CONFIG_NET_9P=y CONFIG_NET_9P_VIRTIO=y CONFIG_9P_FS=y
-    CONFIG_VIRTIO_CONSOLE=y CONFIG_OVERLAY_FS=y CONFIG_UNIX98_PTYS=y CONFIG_INOTIFY_USER=y
+    CONFIG_VIRTIO_CONSOLE=y CONFIG_OVERLAY_FS=y CONFIG_UNIX98_PTYS=y
     CONFIG_WATCHDOG=y CONFIG_WATCHDOG_CORE=y CONFIG_DIAG288_WATCHDOG=y
 )
 # ------------------------------------------------------------------------------------------
@@ -79,42 +80,57 @@ if ! grep -q '"virtio-9p-ccw"' <<<"$devices"; then
 fi
 
 # ---- 2. the kernel ---------------------------------------------------------------------
-if [ -n "${KERNEL_SRC:-}" ]; then
-    tree="$(realpath "$KERNEL_SRC")"
-else
-    tree="$VNG_DIR/tree"
-    if [ ! -f "$tree/Makefile" ]; then
-        find_tree() { find "$CACHE_DIR/kernel/work" -mindepth 2 -maxdepth 2 -type d -name src -path "*/work/$VNG_LINE.*" 2>/dev/null | head -n1; }
-        src="$(find_tree)"
-        if [ ! -f "$src/Makefile" ]; then   # the kernel step of that line unpacks it
-            make --no-print-directory -C "$REPO_ROOT" kernel KERNEL="$VNG_LINE" VARIANT=stock
-            src="$(find_tree)"
-        fi
-        [ -f "$src/Makefile" ] || die "no unpacked $VNG_LINE tree in $CACHE_DIR/kernel/work"
-        [ -z "$(cat "$(dirname "$src")/applied" 2>/dev/null)" ] || die "the $VNG_LINE tree in the cache carries a variant's patches"
-        step "copying the $VNG_LINE tree to $tree (kept for incremental builds)"
-        rm -rf "$tree.tmp"; mkdir -p "$VNG_DIR"
-        cp -a "$src" "$tree.tmp" && mv -T "$tree.tmp" "$tree"
-    fi
-fi
-[ -f "$tree/Makefile" ] || die "KERNEL_SRC=$tree is not a kernel tree"
-need_packages kernel
-base="$VNG_DIR/vng-base.config"
-mkdir -p "$VNG_DIR/allno"
-step "kernel config: allnoconfig of $tree + vng's options (${#VNG_KCONFIG[@]}) + the project's fragments"
-make -s -C "$tree" O="$VNG_DIR/allno" ARCH=s390 CROSS_COMPILE=s390x-linux-gnu- allnoconfig >/dev/null \
-    || die "make allnoconfig failed in $tree"
-{ cat "$VNG_DIR/allno/.config"; echo "# virtme-ng (scripts/vng-check.sh VNG_KCONFIG)"; printf '%s\n' "${VNG_KCONFIG[@]}"; } >"$base"
-# Built and cached like any KERNEL_SRC tree, with its own build folder (so build/kernel-custom,
+# build_kernel: kout = the kernel of the tree (KERNEL_SRC, or a copy of the Debian line's
+# source) configured as allnoconfig + VNG_KCONFIG + the project's fragments, built and
+# cached like any KERNEL_SRC tree, in a build folder of its own (so build/kernel-custom,
 # what `make e2e KERNEL_SRC=...` published, stays as it is).
-t0=$SECONDS
-BUILD_DIR="$VNG_DIR/kbuild" KERNEL=custom KERNEL_SRC="$tree" KERNEL_CONFIG="$base" \
-    "$REPO_ROOT/guest-tests/build-kernel.sh"
-t_kernel=$((SECONDS - t0))
-kout="$VNG_DIR/kbuild/kernel-custom"
+build_kernel() {
+    local tree src base t0
+    if [ -n "${KERNEL_SRC:-}" ]; then
+        tree="$(realpath "$KERNEL_SRC")"
+    else
+        tree="$VNG_DIR/tree"
+        if [ ! -f "$tree/Makefile" ]; then
+            find_tree() { find "$CACHE_DIR/kernel/work" -mindepth 2 -maxdepth 2 -type d -name src -path "*/work/$VNG_LINE.*" 2>/dev/null | head -n1; }
+            src="$(find_tree)"
+            if [ ! -f "$src/Makefile" ]; then   # the kernel step of that line unpacks it
+                make --no-print-directory -C "$REPO_ROOT" kernel KERNEL="$VNG_LINE" VARIANT=stock
+                src="$(find_tree)"
+            fi
+            [ -f "$src/Makefile" ] || die "no unpacked $VNG_LINE tree in $CACHE_DIR/kernel/work"
+            [ -z "$(cat "$(dirname "$src")/applied" 2>/dev/null)" ] || die "the $VNG_LINE tree in the cache carries a variant's patches"
+            step "copying the $VNG_LINE tree to $tree (kept for incremental builds)"
+            rm -rf "$tree.tmp"; mkdir -p "$VNG_DIR"
+            cp -a "$src" "$tree.tmp" && mv -T "$tree.tmp" "$tree"
+        fi
+    fi
+    [ -f "$tree/Makefile" ] || die "KERNEL_SRC=$tree is not a kernel tree"
+    need_packages kernel
+    base="$VNG_DIR/vng-base.config"
+    mkdir -p "$VNG_DIR/allno"
+    step "kernel config: allnoconfig of $tree + vng's options (${#VNG_KCONFIG[@]}) + the project's fragments"
+    make -s -C "$tree" O="$VNG_DIR/allno" ARCH=s390 CROSS_COMPILE=s390x-linux-gnu- allnoconfig >/dev/null \
+        || die "make allnoconfig failed in $tree"
+    { cat "$VNG_DIR/allno/.config"; echo "# virtme-ng (scripts/vng-check.sh VNG_KCONFIG)"
+      printf '%s\n' "${VNG_KCONFIG[@]}"; } >"$base"
+    t0=$SECONDS
+    BUILD_DIR="$VNG_DIR/kbuild" KERNEL=custom KERNEL_SRC="$tree" KERNEL_CONFIG="$base" \
+        "$REPO_ROOT/guest-tests/build-kernel.sh"
+    t_kernel=$((SECONDS - t0))
+    kout="$VNG_DIR/kbuild/kernel-custom"
+}
+t_kernel=0
+if [ -n "${VNG_KERNEL_DIR:-}" ]; then
+    kout="$(realpath "$VNG_KERNEL_DIR")"
+    [ -f "$kout/bzImage" ] && [ -f "$kout/kernel.release" ] && [ -f "$kout/.config" ] \
+        || die "VNG_KERNEL_DIR=$VNG_KERNEL_DIR: no bzImage, kernel.release and .config in it"
+    step "kernel: $kout (VNG_KERNEL_DIR), not built here"
+else
+    build_kernel
+fi
 rel="$(cat "$kout/kernel.release")"
 for o in "${VNG_KCONFIG[@]}"; do
-    grep -qx "$o" "$kout/.config" || warn "kernel $rel: $o did not land (not in this tree?)"
+    grep -qx "$o" "$kout/.config" || warn "kernel $rel: $o is not in its .config (a vng run may fail)"
 done
 
 # ---- 3. the guest root -----------------------------------------------------------------
@@ -214,7 +230,7 @@ qemu_opts+=" -cpu max -device zpci,uid=2,fid=2,target=ism2,ism=on,pchid=$CHID"
 qemu_opts+=" -device '{\"driver\":\"vfio-user-pci\",\"id\":\"ism2\",\"socket\":{\"type\":\"unix\",\"path\":\"$sock\"}}'"
 vng_cmd=(vng --run "$ROOT/lib/modules/$rel/vmlinuz" --arch s390x --root "$ROOT"
     --qemu "$VNG_QEMU" --force-9p --memory 1G --cpus 2 --verbose
-    --exec "$guest_cmd" --qemu-opts "$qemu_opts")
+    --exec "$guest_cmd" "--qemu-opts=$qemu_opts")
 printf '%q ' "${vng_cmd[@]}" >"$RUN_DIR/vng.cmd"; echo >>"$RUN_DIR/vng.cmd"
 step "vng run (timeout ${VNG_TIMEOUT}s): guest output $RUN_DIR/vng.out, console $RUN_DIR/vng.console.log"
 t0=$SECONDS
