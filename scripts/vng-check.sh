@@ -23,9 +23,11 @@
 # is refused up front with the reason (status 2).
 #
 # Environment: KERNEL_SRC (a kernel tree, 6.x; default the 6.12 line's Debian source,
-# copied to VNG_DIR/tree), VNG_KERNEL_DIR (instead: a kernel built already, a folder
-# like build/kernel-6.12: bzImage, .config, kernel.release, lib/modules/), VNG_QEMU, VNG_DIR (default build/vng-check), VNG_TIMEOUT
-# (seconds for the guest run, default 600).
+# copied to VNG_DIR/tree); VNG_KERNEL_DIR (instead: a kernel built already, a folder like
+# build/kernel-6.12: bzImage, .config, kernel.release, lib/modules/); VNG_QEMU; VNG_DIR
+# (default build/vng-check); VNG_TIMEOUT (seconds for the guest run, default 600).
+#
+# Status (2026-11-30): not yet run to its end, for want of a QEMU with 9p; see docs/ci.md.
 # Exit status: 0 passed; 1 a check failed; 2 a prerequisite is missing.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
@@ -37,8 +39,9 @@ BASH_STATIC_VER=5.2.37-2+b10
 # What a vng run needs in the guest kernel, from the list `vng --kconfig` appends
 # (`vng --kconfig --dry-run --arch s390x` prints it): the 9p root and guest tools,
 # virtio-serial for --exec's I/O ports, overlayfs for the writable overlays vng puts on
-# /etc, /usr, ..., ptys, inotify, and the watchdog vng adds to every s390x machine.
-# Left out: debug info, virtio-fs (no virtiofsd in Debian 12), SCSI, vsock.
+# /etc, /usr, ..., ptys, and the watchdog vng adds to every s390x machine.
+# Left out: debug info, virtio-fs (no virtiofsd in Debian 12), SCSI, vsock, and inotify
+# (it turns on FSNOTIFY, which changes struct inode: every object would rebuild).
 VNG_KCONFIG=(
     CONFIG_NETWORK_FILESYSTEMS=y CONFIG_NET_9P=y CONFIG_NET_9P_VIRTIO=y CONFIG_9P_FS=y
     CONFIG_VIRTIO_CONSOLE=y CONFIG_OVERLAY_FS=y CONFIG_UNIX98_PTYS=y
