@@ -183,6 +183,7 @@ ln -s busybox "$ROOT/bin/["
 printf 'root:x:0:0:root:/root:/bin/sh\n' >"$ROOT/etc/passwd"
 printf 'root:x:0:\ntty:x:5:\n' >"$ROOT/etc/group"
 : >"$ROOT/etc/fstab"
+: >"$ROOT/etc/shadow"; mkdir -p "$ROOT/etc/lvm"   # virtme-init bind-mounts over both
 # virtme-init finds --exec's I/O ports as /dev/virtio-ports/NAME, links that udev makes.
 # This root has no udev: a stand-in "udevd" makes those links (and udevadm does nothing).
 cat >"$ROOT/sbin/udevd" <<'EOF'
