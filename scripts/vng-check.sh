@@ -27,9 +27,12 @@
 # build/kernel-6.12: bzImage, .config, kernel.release, lib/modules/); VNG_QEMU; VNG_DIR
 # (default build/vng-check); VNG_TIMEOUT (seconds for the guest run, default 600).
 #
-# Status (2026-11-30): passes with VNG_QEMU = the project's QEMU built with --enable-virtfs
-# --enable-attr; the project's own QEMU has no 9p (status 2). See docs/ci.md.
-# Exit status: 0 passed; 1 a check failed; 2 a prerequisite is missing.
+# Status (2026-11-30): passed with VNG_QEMU = the project's QEMU built with --enable-virtfs
+# --enable-attr and VNG_KERNEL_DIR = the kernel this script configures (built elsewhere;
+# the script's own cold build of a tree was not run to its end); the project's own QEMU
+# has no 9p (status 2). See docs/ci.md.
+# Exit status: 0 passed; 1 a check failed (or a build step); 2 the QEMU cannot do it
+# (no virtio-9p-ccw, zpci or vfio-user-pci).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
