@@ -33,6 +33,10 @@ CONFIGURE_OPTS=(
     --enable-tcg
     --enable-slirp
     --enable-fdt=system
+    # virtio-9p-ccw: virtme-ng (vng) exports its guest root and tools over 9p
+    # (docs/ci.md, "virtme-ng"); attr links glibc's xattr functions, no new package.
+    --enable-virtfs
+    --enable-attr
     --disable-docs
     --disable-install-blobs
     --disable-werror

@@ -27,10 +27,10 @@
 # build/kernel-6.12: bzImage, .config, kernel.release, lib/modules/); VNG_QEMU; VNG_DIR
 # (default build/vng-check); VNG_TIMEOUT (seconds for the guest run, default 600).
 #
-# Status (2026-11-30): passed with VNG_QEMU = the project's QEMU built with --enable-virtfs
-# --enable-attr and VNG_KERNEL_DIR = the kernel this script configures (built elsewhere;
-# the script's own cold build of a tree was not run to its end); the project's own QEMU
-# has no 9p (status 2). See docs/ci.md.
+# Status (2026-11-30): passed with a QEMU built with --enable-virtfs --enable-attr (the
+# options the project's QEMU has since) and VNG_KERNEL_DIR = the kernel this script
+# configures (built elsewhere; the script's own cold build of a tree was not run to its
+# end). See docs/ci.md.
 # Exit status: 0 passed; 1 a check failed (or a build step); 2 the QEMU cannot do it
 # (no virtio-9p-ccw, zpci or vfio-user-pci).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -82,7 +82,7 @@ for d in vfio-user-pci zpci; do
     grep -q "\"$d\"" <<<"$devices" || { warn "$VNG_QEMU has no $d device: it cannot attach the emulated ISM (use the project's QEMU, make qemu)"; exit 2; }
 done
 if ! grep -q '"virtio-9p-ccw"' <<<"$devices"; then
-    warn "$VNG_QEMU has no virtio-9p-ccw device: vng exports its root and guest tools to the guest over 9p (or virtio-fs: vhost-user-fs-ccw plus a virtiofsd on the host), and this QEMU was built without either (the project's: --without-default-features, no --enable-virtfs). vng would stop at: 'virtio-9p-ccw' is not a valid device model name. See docs/ci.md, \"virtme-ng\"."
+    warn "$VNG_QEMU has no virtio-9p-ccw device: vng exports its root and guest tools to the guest over 9p (or virtio-fs: vhost-user-fs-ccw plus a virtiofsd on the host), and this QEMU was built without either (the project's has it since it is configured with --enable-virtfs: an older build?). vng would stop at: 'virtio-9p-ccw' is not a valid device model name. See docs/ci.md, \"virtme-ng\"."
     exit 2
 fi
 
