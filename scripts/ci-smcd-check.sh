@@ -15,14 +15,7 @@ tree="$work/tree"
 out="$work/out"
 marker="ci_smcd_check=ism-emu dirty tree"
 
-find_tree() { find "$CACHE_DIR/kernel/work" -mindepth 2 -maxdepth 2 -type d -name src -path "*/work/$line.*" 2>/dev/null | head -n1; }
-src="$(find_tree)"
-if [ ! -f "$src/Makefile" ]; then   # the kernel step of that line unpacks it
-    make --no-print-directory -C "$REPO_ROOT" kernel KERNEL="$line" VARIANT=stock
-    src="$(find_tree)"
-fi
-[ -f "$src/Makefile" ] || die "no unpacked $line tree in $CACHE_DIR/kernel/work"
-[ -z "$(cat "$(dirname "$src")/applied" 2>/dev/null)" ] || die "the $line tree in the cache carries a variant's patches"
+src="$(debian_kernel_tree "$line")"
 step "ci-smcd-check: copying the $line tree to $tree (someone's tree)"
 rm -rf "$work"; mkdir -p "$work"
 cp -a "$src" "$tree"   # -a: the files keep their times, so the clean state is the same each run

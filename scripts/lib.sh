@@ -206,3 +206,19 @@ CONF
     fi
     APT_CONFIG="$dir/apt.conf" apt-get "$@"
 }
+
+# debian_kernel_tree LINE: prints the unpacked Debian source of kernel LINE in the cache
+# (the kernel step unpacks it, run here if needed); dies unless it is pristine (a
+# variant's patches applied). For the scripts that treat it as someone's tree: copy it.
+debian_kernel_tree() {
+    local line="$1" src
+    find_tree() { find "$CACHE_DIR/kernel/work" -mindepth 2 -maxdepth 2 -type d -name src -path "*/work/$line.*" 2>/dev/null | head -n1; }
+    src="$(find_tree)"
+    if [ ! -f "$src/Makefile" ]; then
+        make --no-print-directory -C "$REPO_ROOT" kernel KERNEL="$line" VARIANT=stock >&2
+        src="$(find_tree)"
+    fi
+    [ -f "$src/Makefile" ] || die "no unpacked $line tree in $CACHE_DIR/kernel/work"
+    [ -z "$(cat "$(dirname "$src")/applied" 2>/dev/null)" ] || die "the $line tree in the cache carries a variant's patches"
+    echo "$src"
+}

@@ -98,14 +98,7 @@ build_kernel() {
     else
         tree="$VNG_DIR/tree"
         if [ ! -f "$tree/Makefile" ]; then
-            find_tree() { find "$CACHE_DIR/kernel/work" -mindepth 2 -maxdepth 2 -type d -name src -path "*/work/$VNG_LINE.*" 2>/dev/null | head -n1; }
-            src="$(find_tree)"
-            if [ ! -f "$src/Makefile" ]; then   # the kernel step of that line unpacks it
-                make --no-print-directory -C "$REPO_ROOT" kernel KERNEL="$VNG_LINE" VARIANT=stock
-                src="$(find_tree)"
-            fi
-            [ -f "$src/Makefile" ] || die "no unpacked $VNG_LINE tree in $CACHE_DIR/kernel/work"
-            [ -z "$(cat "$(dirname "$src")/applied" 2>/dev/null)" ] || die "the $VNG_LINE tree in the cache carries a variant's patches"
+            src="$(debian_kernel_tree "$VNG_LINE")"
             step "copying the $VNG_LINE tree to $tree (kept for incremental builds)"
             rm -rf "$tree.tmp"; mkdir -p "$VNG_DIR"
             cp -a "$src" "$tree.tmp" && mv -T "$tree.tmp" "$tree"
