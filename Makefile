@@ -91,7 +91,7 @@ readme-check: images emulator
 test: lint unit qemu-smoke e2e e2e-variants e2e-matrix results-check shell-check readme-check
 
 # README's two commands in a minimal Debian 12 root with an empty cache: proves that the
-# project's own files install everything they need (CI runs it before `make test`).
+# project's own files install everything they need (CI runs it: its `make test` is CI's).
 fresh-check:
 	scripts/fresh-check.sh
 

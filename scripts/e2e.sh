@@ -74,8 +74,15 @@ run_crash() {
         || { warn "crash: guest a took ${took} s (> ${CRASH_ABORT_LIMIT} s) to notice"; ok=1; }
     kill -0 "$EMU_PID" 2>/dev/null
     record_check emulator_alive $? || { warn "crash: the emulator died"; ok=1; }
+    # The event stream's writer flushes in the background (every 100 ms when idle): a
+    # survivor that notices at once can end before the line is in the file.
+    local i
+    for ((i = 0; i < 50; i++)); do
+        grep -q '"kind":"function_detached"' "$RUN_DIR/events.jsonl" && break
+        sleep 0.1
+    done
     grep -q '"kind":"function_detached"' "$RUN_DIR/events.jsonl"
-    record_check detach_event $? "a function_detached event in the stream" \
+    record_check detach_event $? "a function_detached event in the stream (waited up to 5 s for the writer)" \
         || { warn "crash: no function_detached event"; ok=1; }
     return $ok
 }
