@@ -113,7 +113,9 @@ kernel_fragments "$VERSION"
 
 # The tree's state: what decides whether the cached kernel is still this tree's.
 tree_state() {
-    if git -C "$SRC" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    # Git only if the tree is a repository's top: a tree inside another repository
+    # (e.g. under this project's build folder) is not what that repository tracks.
+    if [ "$(git -C "$SRC" rev-parse --show-toplevel 2>/dev/null)" = "$SRC" ]; then
         echo "git $(git -C "$SRC" rev-parse HEAD)"
         git -C "$SRC" diff HEAD --binary | sha256sum
         git -C "$SRC" ls-files -z --others --exclude-standard | (cd "$SRC" && xargs -0r sha256sum)
