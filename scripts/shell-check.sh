@@ -30,7 +30,8 @@ wait_screen '^ismtest: interactive shell' 300 || die "shell-check: the guest nev
 wait_screen '# $' 30 || die "shell-check: no shell prompt"
 step "shell-check: at the guest's prompt after $((SECONDS - t0)) s; typing an echo test to guest b"
 tm send-keys -t shell "smctest echo client --host=10.0.0.2 --port=12345 --rounds=5 --size=1K && echo HAND-TEST-OK" Enter
-wait_screen 'HAND-TEST-OK' 180 || die "shell-check: the echo test typed at the prompt did not pass"
+# Anchored: the typed command line itself, echoed on the screen, contains the marker too.
+wait_screen '^HAND-TEST-OK' 180 || die "shell-check: the echo test typed at the prompt did not pass"
 screen | grep -E '^CONN test=echo' | grep -q 'mode=SMCD' || die "shell-check: the connection on the screen is not SMC-D"
 screen | grep -E '^(CONN|SUMMARY) ' | sed 's/^/  screen: /' | cut -c1-150
 tm send-keys -t shell "uname -r; exit" Enter
