@@ -131,7 +131,7 @@ soak-short: images emulator
 
 # Coverage-guided fuzzing (device/fuzz, nightly + cargo-fuzz): every target for FUZZ_SECS
 # seconds (default 60), FUZZ_TARGETS to choose; one line per target (docs/fuzzing.md).
-# Not part of `test`.
+# Not part of `test`; CI runs every target for 20 s (.ci/run).
 fuzz:
 	scripts/fuzz.sh
 

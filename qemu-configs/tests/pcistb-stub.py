@@ -9,9 +9,13 @@ write as
 
 so a test can check that each PCISTB arrived as ONE write with the guest's bytes.
 ISM commands (8-byte header store at BAR 2 offset 0) are answered with ret 0 and the
-response length the Linux driver expects. Rejected with EINVAL (an error reply):
-  - any BAR 0 write at offset 0x800 (to test the guest-visible condition code);
-  - with --reject-cmd N: the header store of command N (response ret 0xFFFF).
+response length the Linux driver expects. Rejected with an error reply:
+  - BAR 0 writes at offsets 0x800, 0x880, 0x900, 0x980 and 0xa00, with EINVAL, ENOENT,
+    ERANGE, EOPNOTSUPP (= ENOTSUP) and EIO: to test the guest-visible condition code
+    whatever the errno, also the errnos QEMU's own helpers use for their own outcomes;
+  - with --reject-cmd N: the header store of command N (EINVAL, response ret 0xFFFF).
+A BAR 0 write at offset 0xa80 is answered as a short write (the reply's count is one
+less than the write's).
 Exits when the client disconnects.
 
 Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN]
@@ -35,9 +39,11 @@ def log(*a):
 HDR = struct.Struct("<HHIII")   # id, command, size, flags, error
 REPLY, NO_REPLY, ERROR = 0x1, 0x10, 0x20
 EINVAL, EOPNOTSUPP = 22, 95
+# BAR 0 offsets answered with an error reply, and the errno of each
+REJECT_BAR0 = {0x800: EINVAL, 0x880: 2, 0x900: 34, 0x980: EOPNOTSUPP, 0xa00: 5}
+SHORT_BAR0_OFFSET = 0xa80
 BAR_SIZES = {0: 1 << 20, 2: 4096, 4: 4096}
 CONFIG_REGION = 7
-REJECT_BAR0_OFFSET = 0x800
 # response lengths of the ISM commands that have a payload (others: 8)
 RESP_LEN = {0x03: 16, 0x08: 200, 0x0A: 16}
 
@@ -93,9 +99,9 @@ def region_write(reg, off, data):
             cfg[off:off + len(data)] = data
         return 0
     log(f"WRITE r{reg} off=0x{off:x} len={len(data)} post={posted} data={data.hex()}")
-    if reg == 0 and off == REJECT_BAR0_OFFSET:
-        log("  REJECTED (BAR 0 offset 0x800)")
-        return EINVAL
+    if reg == 0 and off in REJECT_BAR0:
+        log(f"  REJECTED (BAR 0 offset 0x{off:x}, errno {REJECT_BAR0[off]})")
+        return REJECT_BAR0[off]
     if reg != 2:
         return 0
     cmdbuf[off:off + len(data)] = data
@@ -154,7 +160,8 @@ while True:
             if err:
                 reply(mid, cmd, err=err)
             else:
-                reply(mid, cmd, struct.pack("<QII", off, reg, cnt))
+                short = reg == 0 and off == SHORT_BAR0_OFFSET and cnt > 0
+                reply(mid, cmd, struct.pack("<QII", off, reg, cnt - 1 if short else cnt))
     else:
         log(f"unsupported command {cmd}")
         if not posted:

@@ -35,6 +35,11 @@ static void stbtest_one(struct pci_dev *pdev)
 	pr_info("STBT: %s D len8 off0x3ffc (crosses 4K of PCI offset) rc=%d\n", n, stb(zdev, 0, 0x3ffc, buf, 8));
 	pr_info("STBT: %s E len4097 off0x5000 rc=%d\n", n, stb(zdev, 0, 0x5000, buf, 4097));
 	pr_info("STBT: %s F len16 off0x800 (device rejects) rc=%d\n", n, stb(zdev, 0, 0x800, buf + 8, 16));
+	pr_info("STBT: %s F2 len16 off0x880 (device: ENOENT) rc=%d\n", n, stb(zdev, 0, 0x880, buf + 8, 16));
+	pr_info("STBT: %s F3 len16 off0x900 (device: ERANGE) rc=%d\n", n, stb(zdev, 0, 0x900, buf + 8, 16));
+	pr_info("STBT: %s F4 len16 off0x980 (device: ENOTSUP) rc=%d\n", n, stb(zdev, 0, 0x980, buf + 8, 16));
+	pr_info("STBT: %s F5 len16 off0xa00 (device: EIO) rc=%d\n", n, stb(zdev, 0, 0xa00, buf + 8, 16));
+	pr_info("STBT: %s F6 len16 off0xa80 (device: short write) rc=%d\n", n, stb(zdev, 0, 0xa80, buf + 8, 16));
 	pr_info("STBT: %s G len8 off0x200000 (beyond 1M BAR) rc=%d\n", n, stb(zdev, 0, 0x200000, buf, 8));
 	free_pages((unsigned long)buf, 1);
 }
