@@ -41,3 +41,49 @@ fn a_command_that_does_not_decode_counts_as_a_failed_command() {
     let counters = &fabric.function_views()[0].counters;
     assert_eq!((counters.commands, counters.command_errors), (1, 1));
 }
+
+/// fuzz target `function` (campaign of 30 November): a guest registered a DMB over its own
+/// SBA and its peer moved into it with the signal flag. The device wrote the data, then
+/// set the summary and DMB bits in the SBA, i.e. inside the DMB: right, as the guest put
+/// them there; the target's check ("the move's bytes are in the DMB") did not allow for
+/// it and reported a crash. Pinned here: the data lands, the bits are ORed over it, and
+/// nothing outside the move changes.
+#[test]
+fn a_signalled_move_into_a_dmb_over_the_owners_sba_leaves_the_sba_bits_in_it() {
+    use ism_emu::ism::command::{Command, DmbRequest, Response};
+    use ism_emu::ism::MoveAddress;
+    use ism_emu::testkit::rig::{Rig, BASE};
+
+    let rig = Rig::new(2);
+    let request = DmbRequest {
+        iova: BASE, // the owner's SBA
+        len: 4096,
+        sba_idx: 32,
+        vlan_valid: 0,
+        vlan_id: 0,
+        rgid: rig.gid(0),
+    };
+    let Ok(Response::Token(token)) = rig.fabric.execute(1, Command::RegDmb(request)) else {
+        panic!("REG_DMB over the SBA refused");
+    };
+    let before = rig.ram(1, 0, 8192);
+    let at = MoveAddress {
+        token,
+        dmbe: 0,
+        signal: true,
+        offset: 0,
+    };
+    rig.fabric.move_data(0, at.encode(), &[0x45; 64]).unwrap();
+    let after = rig.ram(1, 0, 8192);
+    let mut expected = before.clone();
+    expected[..64].fill(0x45);
+    expected[0] |= 0x80; // summary bit
+    expected[4 + 32 / 8] |= 0x80; // DMB 32's bit
+    expected[256 + 2 * 32] |= 0x80; // DMB 32's element mask (element 0), big-endian u16
+    assert_eq!(
+        after[..64],
+        expected[..64],
+        "the data, with the SBA bits over it"
+    );
+    assert_eq!(after, expected, "nothing else changed");
+}
