@@ -69,6 +69,33 @@ pub struct Guest {
     /// unmaps and replaced mappings are kept: a superset of what the device has mapped,
     /// so the allowed set can only be too large, never too small.
     mappings: Vec<Mapping>,
+    /// With `FUZZ_CHECK=input`: the RAM offsets the operations since the last memory
+    /// check were allowed to change.
+    pending: Vec<Range<u64>>,
+}
+
+/// When the guests' memory is compared with its copy (`FUZZ_CHECK`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MemoryCheck {
+    /// After every operation, against what that operation may write (the default).
+    EveryOperation,
+    /// Once, when the input ends, against what any of its operations may write: a write
+    /// outside every operation's allowed set is still found, one that lands where another
+    /// operation of the input may write is not. Several times the inputs a second, for
+    /// long campaigns (docs/fuzzing.md).
+    EndOfInput,
+}
+
+impl MemoryCheck {
+    /// `FUZZ_CHECK=input` selects `EndOfInput`; unset or `op`, `EveryOperation`.
+    pub fn from_env() -> Self {
+        static MODE: std::sync::OnceLock<MemoryCheck> = std::sync::OnceLock::new();
+        *MODE.get_or_init(|| match std::env::var("FUZZ_CHECK").as_deref() {
+            Ok("input") => MemoryCheck::EndOfInput,
+            Ok("op") | Err(_) => MemoryCheck::EveryOperation,
+            Ok(other) => panic!("FUZZ_CHECK={other}: op or input"),
+        })
+    }
 }
 
 /// What one operation may legitimately change, per function: IOVA ranges, turned into
@@ -106,6 +133,7 @@ pub struct World {
     pub guests: Vec<Guest>,
     pub expect: Vec<Expect>,
     scratch: Vec<u8>,
+    memory_check: MemoryCheck,
 }
 
 impl World {
@@ -123,6 +151,7 @@ impl World {
                     backend: IsmBackend::new(Arc::clone(&fabric), id),
                     shadow: ram_buffer(),
                     mappings: Vec::new(),
+                    pending: Vec::new(),
                 }
             })
             .collect();
@@ -131,6 +160,7 @@ impl World {
             guests,
             expect: vec![Expect::default(); n],
             scratch: ram_buffer(),
+            memory_check: MemoryCheck::from_env(),
         }
     }
 
@@ -381,24 +411,41 @@ impl World {
         ok
     }
 
-    /// Compares every guest's RAM with what it was, outside what `allowed` lets change,
-    /// then checks the counters.
+    /// Compares every guest's RAM with what it was, outside what `allowed` lets change
+    /// (or, with `MemoryCheck::EndOfInput`, only notes what it lets change), then checks
+    /// the counters.
     pub fn check(&mut self, allowed: &Allowed) {
+        for (f, guest) in self.guests.iter_mut().enumerate() {
+            let offsets = allowed_offsets(&guest.mappings, &allowed.ranges[f]);
+            guest.pending.extend(offsets);
+        }
+        if self.memory_check == MemoryCheck::EveryOperation {
+            self.check_memory();
+        }
+        self.check_counters();
+    }
+
+    /// Compares every guest's RAM with its copy, outside the offsets noted since the last
+    /// comparison, and takes a new copy.
+    fn check_memory(&mut self) {
         for (f, guest) in self.guests.iter_mut().enumerate() {
             let scratch = &mut self.scratch;
             guest.file.read_exact_at(scratch, 0).expect("RAM");
+            let offsets = std::mem::take(&mut guest.pending);
             if scratch[..] != guest.shadow[..] {
-                let offsets = allowed_offsets(&guest.mappings, &allowed.ranges[f]);
                 // Slice comparisons are memcmp, which the coverage instrumentation leaves
-                // alone; a byte loop over all the RAM would be instrumented per byte.
+                // alone; a byte loop over all the RAM would be instrumented per byte. So
+                // is a chunk inside one allowed range: only the others are walked.
                 const CHUNK: usize = 64;
                 let chunks = scratch.chunks(CHUNK).zip(guest.shadow.chunks(CHUNK));
                 for (c, (now, was)) in chunks.enumerate() {
-                    if now == was {
+                    let from = (c * CHUNK) as u64;
+                    let covered = |r: &Range<u64>| r.start <= from && from + CHUNK as u64 <= r.end;
+                    if now == was || offsets.iter().any(covered) {
                         continue;
                     }
                     for (i, (a, b)) in now.iter().zip(was).enumerate() {
-                        let at = (c * CHUNK + i) as u64;
+                        let at = from + i as u64;
                         assert!(
                             a == b || offsets.iter().any(|r| r.contains(&at)),
                             "ISOLATION: byte {at:#x} of function {f}'s RAM changed ({b:#04x} -> {a:#04x}) outside what the operation may write ({offsets:x?})"
@@ -408,7 +455,6 @@ impl World {
                 guest.shadow.copy_from_slice(scratch);
             }
         }
-        self.check_counters();
     }
 
     fn check_counters(&self) {
@@ -491,6 +537,11 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        // The input ended: with `EndOfInput`, its one memory check (a failed check panics
+        // here, which libFuzzer reports like any other).
+        if self.memory_check == MemoryCheck::EndOfInput && !std::thread::panicking() {
+            self.check_memory();
+        }
         let buffers = self
             .guests
             .iter_mut()
