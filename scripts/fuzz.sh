@@ -7,7 +7,7 @@
 #   FUZZ_SECS     seconds per target (default 60)
 #   FUZZ_TARGETS  which targets (default: all four)
 #   FUZZ_SANITIZER address (default) or none: without AddressSanitizer the targets run
-#                 3 to 10 times faster (docs/fuzzing.md says what that gives up)
+#                 2 to 6 times faster (docs/fuzzing.md says what that gives up)
 #
 # cargo-fuzz is installed from crates.io, at a pinned version, into $CACHE_DIR/tools, so
 # nothing depends on what is installed by hand. Corpora live in $BUILD_DIR/fuzz/corpus,
