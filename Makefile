@@ -50,6 +50,7 @@ demo: images emulator
 
 unit: deps
 	cargo test --locked
+	$(MAKE) -s -C guest-tests/progs check OUT=$(BUILD_DIR)/guest-progs
 
 lint: deps
 	cargo fmt --all -- --check

@@ -15,7 +15,7 @@ use std::time::Instant;
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 use crate::dmb::FunctionId;
-use crate::fabric::Fabric;
+use crate::fabric::{Fabric, Stored};
 use crate::ism::command::{self, HEADER_LEN};
 use crate::ism::MAX_MOVE_LEN;
 use crate::pci::{Bar, ConfigSpace, Region};
@@ -177,22 +177,36 @@ impl ServerBackend for IsmBackend {
                     }
                 }
             },
-            // The one write that fails: the patched QEMU sends moves non-posted and
-            // turns the failure into the PCISTB's condition code.
+            // The one write that fails: a signalling move, which the patched QEMU waits
+            // for and turns into the PCISTB's condition code. QEMU posts the others, so
+            // their failures are held for the next signalling move (fabric/moves.rs).
             Some(Region::Bar(Bar::Move)) => {
                 if data.len() > MAX_ACCESS {
                     return Err(invalid(format!("move of {} bytes", data.len())));
                 }
-                if let Err(e) = self.fabric.move_data(self.id, offset, data) {
-                    if self.guest_errors_may_log() {
-                        log::warn!(
-                            "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected: {e}",
-                            self.name,
-                            self.gid,
-                            data.len()
-                        );
+                match self.fabric.store_move(self.id, offset, data) {
+                    Ok(Stored::Landed) => {}
+                    Ok(Stored::Held(e)) => {
+                        if self.guest_errors_may_log() {
+                            log::warn!(
+                                "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected, held for the next signal: {e}",
+                                self.name,
+                                self.gid,
+                                data.len()
+                            );
+                        }
                     }
-                    return Err(invalid(e.to_string()));
+                    Err(e) => {
+                        if self.guest_errors_may_log() {
+                            log::warn!(
+                                "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected: {e}",
+                                self.name,
+                                self.gid,
+                                data.len()
+                            );
+                        }
+                        return Err(invalid(e.to_string()));
+                    }
                 }
             }
             Some(Region::Bar(Bar::MsixTable)) => {}

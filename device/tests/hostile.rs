@@ -123,8 +123,14 @@ fn move_after_the_owner_unmapped_its_dmb_fails_cleanly() {
         .unwrap()
         .unwrap();
     assert!(a.move_data(dmb.token, 0, b"first page", false).is_ok());
+    // Without the signal the failure is held (QEMU posts such moves) and fails the
+    // signal that would tell the owner to look.
     assert!(a
         .move_data(dmb.token, PAGE as u32 + 8, b"second page", false)
+        .is_ok());
+    assert!(a.move_data(dmb.token, 0, b"cdc", true).is_err());
+    assert!(a
+        .move_data(dmb.token, PAGE as u32 + 8, b"second page", true)
         .is_err());
     still_working(&mut a, &mut b);
 }
@@ -241,15 +247,51 @@ fn posted_moves_get_no_reply_and_keep_the_stream_in_sync() {
 }
 
 #[test]
-fn failed_posted_move_is_answered_with_an_error_reply() {
+fn a_failed_posted_move_is_held_for_the_next_signal_into_its_dmb() {
+    // The patched QEMU posts moves without the signal flag: no reply may come for them,
+    // not even an error. The failure surfaces on the next signalling move into the
+    // same DMB, which QEMU waits for.
+    let m = Machine::start(2);
+    let mut a = m.guest(0);
+    let mut b = m.guest(1);
+    let dmb = b.reg_dmb(16384, default_gid(CHID, 0));
+    let other = b.reg_dmb(16384, default_gid(CHID, 0));
+    let past_end = MoveAddress {
+        token: dmb.token,
+        dmbe: 0,
+        signal: false,
+        offset: 16380,
+    };
+    a.client
+        .region_write_posted(MOVE_BAR, past_end.encode(), b"overrun")
+        .unwrap();
+    assert_eq!(
+        a.read_gid(),
+        default_gid(CHID, 0),
+        "next reply is the next command's"
+    );
+    assert!(a.move_data(other.token, 0, b"other", true).is_ok());
+    assert_eq!(b.dmb_bytes(&other, 0, 5), b"other");
+    assert!(a.move_data(dmb.token, 0, b"cdc", true).is_err());
+    assert_eq!(
+        b.dmb_bytes(&dmb, 0, 3),
+        [0; 3],
+        "the failed signal landed nothing"
+    );
+    assert!(a.move_data(dmb.token, 0, b"cdc", true).is_ok());
+    still_working(&mut a, &mut b);
+}
+
+#[test]
+fn failed_posted_signalling_move_is_answered_with_an_error_reply() {
     // The vfio_user crate answers a failed no-reply write with an error reply. QEMU
-    // would not expect one, which is why the QEMU patch waits for ISM moves.
+    // would not expect one, which is why the QEMU patch waits for signalling moves.
     let m = Machine::start(2);
     let mut a = m.guest(0);
     let mut b = m.guest(1);
     let id = a
         .client
-        .region_write_posted(MOVE_BAR, 99 << 32, b"lost")
+        .region_write_posted(MOVE_BAR, 99 << 32 | 1 << 23, b"lost")
         .unwrap();
     assert!(a.client.recv_reply(id).unwrap().is_err());
     still_working(&mut a, &mut b);

@@ -743,6 +743,8 @@ fn fabric_snapshot(rig: &Rig) -> FabricSnapshot {
         v.counters.commands = 0;
         v.counters.command_errors = 0;
         v.counters.moves_rejected = 0;
+        // A rejected move is still timed: service time is not device state.
+        v.counters.move_service = Default::default();
     }
     let st = rig.fabric.lock();
     let functions = st

@@ -63,6 +63,8 @@ void sleep_ms(int ms);
  * the stream with seed s is byte (o % 8) (little endian) of
  * splitmix64(s + o / 8).  Identical on every architecture. */
 void pattern_fill(uint64_t seed, uint64_t offset, unsigned char *buf, size_t len);
+/* The index of the first byte of buf that differs from the pattern at offset, or len. */
+size_t pattern_check(uint64_t seed, uint64_t offset, const unsigned char *buf, size_t len);
 
 #define FNV64_INIT 0xcbf29ce484222325ULL
 /* 64-bit mixer (splitmix64 finaliser), used to derive per-connection seeds */

@@ -342,10 +342,10 @@ static void server_conn(int fd, int accept_no)
 			check_mode(fd, &r, modeline, sizeof(modeline));
 			goto out;
 		}
-		pattern_fill(sseed, got, exp, n);
-		if (bad_off == ~0ULL && memcmp(buf, exp, n)) {
-			size_t d = first_diff(buf, exp, n);
+		size_t d = bad_off == ~0ULL ? pattern_check(sseed, got, buf, n) : n;
 
+		if (d < n) {
+			pattern_fill(sseed, got, exp, n);
 			bad_off = got + d;
 			status = ST_STREAM_BAD;
 			fail(&r, "stream data mismatch at byte %llu: got 0x%02x expected 0x%02x",
@@ -621,6 +621,38 @@ static int connect_retry(int idx, char *err, size_t errlen)
 	}
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The q-quantile of n sorted values (nearest rank). */
+static double quantile(const double *v, uint32_t n, double q)
+{
+	uint32_t rank = (uint32_t)(q * n + 0.999999);
+
+	return v[rank ? (rank > n ? n : rank) - 1 : 0];
+}
+
+/* One line with the echo rounds' round-trip times (send of the request to the last byte
+ * of the response), for benchmarks: "LAT test=... size=... p50_us=...". */
+static void print_latency(int idx, double *lat, uint32_t n)
+{
+	double sum = 0;
+
+	if (!n)
+		return;
+	qsort(lat, n, sizeof(*lat), cmp_double);
+	for (uint32_t i = 0; i < n; i++)
+		sum += lat[i];
+	out_line("LAT test=%s idx=%d size=%u rounds=%u p50_us=%.1f p90_us=%.1f p99_us=%.1f mean_us=%.1f max_us=%.1f",
+		 g_opt.test_name, idx, g_opt.size, n, quantile(lat, n, 0.5) * 1e6,
+		 quantile(lat, n, 0.9) * 1e6, quantile(lat, n, 0.99) * 1e6, sum / n * 1e6,
+		 lat[n - 1] * 1e6);
+}
+
 static void client_conn(int idx)
 {
 	struct conn_res r;
@@ -629,7 +661,7 @@ static void client_conn(int idx)
 	char err[256], modeline[768] = "mode=UNCHECKED";
 	uint64_t h = FNV64_INIT, sent = 0;
 	uint32_t size = g_opt.size;
-	double t0 = now_s();
+	double t0 = now_s(), *lat = NULL;
 	int fd;
 
 	memset(&r, 0, sizeof(r));
@@ -646,7 +678,8 @@ static void client_conn(int idx)
 	}
 	buf = malloc(CHUNK > size ? CHUNK : size);
 	rbuf = malloc(size);
-	if (!buf || !rbuf) {
+	lat = malloc(sizeof(*lat) * (g_opt.rounds ? g_opt.rounds : 1));
+	if (!buf || !rbuf || !lat) {
 		fail(&r, "out of memory");
 		goto diag;
 	}
@@ -681,12 +714,16 @@ static void client_conn(int idx)
 	r.checksum = h;
 
 	for (uint32_t i = 0; i < g_opt.rounds; i++) {
+		double sent_at;
+
 		pattern_fill(echo_seed(g_opt.seed, (uint32_t)idx, i), 0, buf, size);
+		sent_at = now_s();
 		if (send_all(fd, buf, size, err, sizeof(err)) ||
 		    recv_all(fd, rbuf, size, 0, err, sizeof(err))) {
 			fail(&r, "echo round %u: %s", i, err);
 			goto diag;
 		}
+		lat[i] = now_s() - sent_at;
 		if (memcmp(buf, rbuf, size)) {
 			size_t d = first_diff(rbuf, buf, size);
 
@@ -734,9 +771,12 @@ diag:
 		fail(&r, "connection mode not verified");
 	r.secs = now_s() - t0;
 	print_conn("client", &r, modeline);
+	if (r.ok)
+		print_latency(r.idx, lat, r.rounds);
 	sum_add(&r);
 	free(buf);
 	free(rbuf);
+	free(lat);
 }
 
 static void *client_thread(void *arg)

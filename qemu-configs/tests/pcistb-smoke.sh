@@ -125,28 +125,35 @@ else echo "not ok - guest run failed (rc=$rc)"; cat "$WORK/run.err"; fail=$((fai
 # the ISM function (ism=on)
 check "ISM: CLP reports pchid and PFT 5" "$C" "PCI $F vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
 check "ISM: 5 bytes at BAR offset 37 from a page-crossing buffer: cc 0" "$C" "STBT: $F A len5 off37 src+4093 (crosses page) rc=0"
-check "ISM: ... arrive as one write with the guest's bytes" "$S" "WRITE r0 off=0x25 len=5 post=False data=fdfeff0001"
+check "ISM: ... arrive as one write with the guest's bytes, posted (no signal)" "$S" "WRITE r0 off=0x25 len=5 post=True data=fdfeff0001"
 check "ISM: 4096 bytes from a misaligned buffer: cc 0" "$C" "STBT: $F B len4096 off0x1000 src+3 rc=0"
-check "ISM: ... arrive as one 4096-byte write" "$S" "WRITE r0 off=0x1000 len=4096 post=False data=030405060708090a"
-check "ISM: 1 byte: one write" "$S" "WRITE r0 off=0x2fff len=1 post=False data=01"
+check "ISM: ... arrive as one 4096-byte write" "$S" "WRITE r0 off=0x1000 len=4096 post=True data=030405060708090a"
+check "ISM: 1 byte: one write" "$S" "WRITE r0 off=0x2fff len=1 post=True data=01"
 check "ISM: crossing a 4K boundary of the PCI offset: program exception (-ENXIO)" "$C" "STBT: $F D len8 off0x3ffc (crosses 4K of PCI offset) rc=-6"
 check_absent "ISM: ... and nothing sent" "$S" "off=0x3ffc"
 check "ISM: 4097 bytes: program exception (-ENXIO)" "$C" "STBT: $F E len4097 off0x5000 rc=-6"
-check "ISM: store the device rejects: cc 1 (-EIO) in the guest" "$C" "STBT: $F F len16 off0x800 (device rejects) rc=-5"
-check "ISM: ... after one waited write in guest byte order" "$S" "WRITE r0 off=0x800 len=16 post=False data=08090a0b0c0d0e0f1011121314151617"
+check "ISM: store the device rejects: cc 1 (-EIO) in the guest" "$C" "STBT: $F F len16 offSF+0x800 (device rejects) rc=-5"
+check "ISM: ... after one waited write (signal) in guest byte order" "$S" "WRITE r0 off=0x800800 len=16 post=False data=08090a0b0c0d0e0f1011121314151617"
 # Whatever errno the device answers (also those QEMU's helpers use for their own outcomes:
 # ENOENT, ERANGE, ENOTSUP): cc 1, and the store reached the device exactly once.
 for e in F2:0x880:ENOENT F3:0x900:ERANGE F4:0x980:ENOTSUP F5:0xa00:EIO; do
     IFS=: read -r case off errno <<<"$e"
-    check "ISM: device answers $errno: cc 1 (-EIO) in the guest" "$C" "STBT: $F $case len16 off$off (device: $errno) rc=-5"
-    n="$(grep -c "^WRITE r0 off=$off " "$S" || true)"
+    check "ISM: device answers $errno: cc 1 (-EIO) in the guest" "$C" "STBT: $F $case len16 offSF+$off (device: $errno) rc=-5"
+    n="$(grep -c "^WRITE r0 off=0x800${off#0x} " "$S" || true)"
     if [ "$n" = 1 ]; then echo "ok - ISM: ... the store reached the device once"; pass=$((pass + 1))
-    else echo "not ok - ISM: ... the store reached the device $n times, not once (stub log: off=$off)"; fail=$((fail + 1)); fi
+    else echo "not ok - ISM: ... the store reached the device $n times, not once (stub log: off=0x800${off#0x})"; fail=$((fail + 1)); fi
 done
 # QEMU 10.2's vfio-user client does not look at the count in a REGION_WRITE reply (it
 # returns the count it sent), so a short write cannot be seen here: cc 0.
-check "ISM: device answers a short write: the client reports it whole (cc 0)" "$C" "STBT: $F F6 len16 off0xa80 (device: short write) rc=0"
-check "ISM: outside the BAR: program exception (-ENXIO)" "$C" "STBT: $F G len8 off0x200000 (beyond 1M BAR) rc=-6"
+check "ISM: device answers a short write: the client reports it whole (cc 0)" "$C" "STBT: $F F6 len16 offSF+0xa80 (device: short write) rc=0"
+check "ISM: outside the BAR: program exception (-ENXIO)" "$C" "STBT: $F G len8 off0x1200000 (beyond 16M BAR) rc=-6"
+# Patch 0004: a move without the signal is posted; its failure, held by the device,
+# fails the next signalling store (cc 1), and only that one.
+check "ISM: rejected store without the signal: posted, cc 0" "$C" "STBT: $F H len16 off0xb00 (device rejects, no signal) rc=0"
+check "ISM: ... sent posted" "$S" "WRITE r0 off=0xb00 len=16 post=True"
+check "ISM: the next signalling store: the held failure, cc 1 (-EIO)" "$C" "STBT: $F H2 len16 offSF+0xb80 (next signal) rc=-5"
+check "ISM: ... sent waited" "$S" "WRITE r0 off=0x800b80 len=16 post=False"
+check "ISM: the signalling store after it: cc 0" "$C" "STBT: $F H3 len16 offSF+0xb80 (the signal after) rc=0"
 check "ISM: driver's REG_SBA header as one big-endian 8-byte write" "$S" "WRITE r2 off=0x0 len=8 post=False data=0000000100000010"
 check "ISM: driver's REG_IEQ payload as one 16-byte write" "$S" "WRITE r2 off=0x8 len=16 post=False"
 check "ISM: driver probed (bound)" "$C" "SMOKE: ism bound $F"
@@ -154,11 +161,11 @@ check "ISM: driver probed (bound)" "$C" "SMOKE: ism bound $F"
 check "control: CLP reports pchid 0, PFT 0" "$C" "PCI $N vendor=0x1014 device=0x04ee pchid=0x0000 pft=0x00"
 check "control: 5 bytes: specification exception as before" "$C" "STBT: $N A len5 off37 src+4093 (crosses page) rc=-6"
 check "control: 4096 bytes (> maxstbl 128): specification exception as before" "$C" "STBT: $N B len4096 off0x1000 src+3 rc=-6"
-check "control: 16 aligned bytes: accepted as before" "$C" "STBT: $N F len16 off0x800 (device rejects) rc=0"
-check "control: ... as two 8-byte writes as before" "$P" "WRITE r0 off=0x808 len=8"
+check "control: 16 aligned bytes: accepted as before" "$C" "STBT: $N F len16 offSF+0x800 (device rejects) rc=0"
+check "control: ... as two 8-byte writes as before" "$P" "WRITE r0 off=0x800808 len=8"
 # patch 0001: the generic path's doublewords in the guest's byte order on any host
-check_re "control: ... each in the guest's byte order" "$P" "^WRITE r0 off=0x800 len=8 post=[A-Za-z]+ data=08090a0b0c0d0e0f$"
-check_re "control: ... the second one too" "$P" "^WRITE r0 off=0x808 len=8 post=[A-Za-z]+ data=1011121314151617$"
+check_re "control: ... each in the guest's byte order" "$P" "^WRITE r0 off=0x800800 len=8 post=[A-Za-z]+ data=08090a0b0c0d0e0f$"
+check_re "control: ... the second one too" "$P" "^WRITE r0 off=0x800808 len=8 post=[A-Za-z]+ data=1011121314151617$"
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then
     echo "--- console:"; grep -E 'SMOKE|STBT' "$C" | tail -30

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Minimal vfio-user "ISM" stub for testing the QEMU patches, not the device.
 
-Serves ONE client on a unix socket, exposes 1014:04ED with BAR 0 (1 MiB), BAR 2 (4 KiB
+Serves ONE client on a unix socket, exposes 1014:04ED with BAR 0 (16 MiB), BAR 2 (4 KiB
 command area), BAR 4 (MSI-X table), plain MSI and MSI-X, and logs every BAR region
 write as
 
@@ -10,12 +10,16 @@ write as
 so a test can check that each PCISTB arrived as ONE write with the guest's bytes.
 ISM commands (8-byte header store at BAR 2 offset 0) are answered with ret 0 and the
 response length the Linux driver expects. Rejected with an error reply:
-  - BAR 0 writes at offsets 0x800, 0x880, 0x900, 0x980 and 0xa00, with EINVAL, ENOENT,
-    ERANGE, EOPNOTSUPP (= ENOTSUP) and EIO: to test the guest-visible condition code
-    whatever the errno, also the errnos QEMU's own helpers use for their own outcomes;
+  - BAR 0 writes at offsets SF+0x800, +0x880, +0x900, +0x980 and +0xa00 (SF = 0x800000,
+    the signal flag of an ISM data move, so the patched QEMU waits for them), with
+    EINVAL, ENOENT, ERANGE, EOPNOTSUPP (= ENOTSUP) and EIO: to test the guest-visible
+    condition code whatever the errno, also the errnos QEMU's own helpers use for their
+    own outcomes;
   - with --reject-cmd N: the header store of command N (EINVAL, response ret 0xFFFF).
-A BAR 0 write at offset 0xa80 is answered as a short write (the reply's count is one
-less than the write's).
+A BAR 0 write at offset SF+0xa80 is answered as a short write (the reply's count is one
+less than the write's). A BAR 0 write at 0xb00 (no signal: QEMU posts it) fails the way
+ism-emu fails such a move: answered as done, the failure (EIO) held and answered to the
+next BAR 0 write with the signal flag.
 Exits when the client disconnects.
 
 Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN]
@@ -40,9 +44,13 @@ HDR = struct.Struct("<HHIII")   # id, command, size, flags, error
 REPLY, NO_REPLY, ERROR = 0x1, 0x10, 0x20
 EINVAL, EOPNOTSUPP = 22, 95
 # BAR 0 offsets answered with an error reply, and the errno of each
-REJECT_BAR0 = {0x800: EINVAL, 0x880: 2, 0x900: 34, 0x980: EOPNOTSUPP, 0xa00: 5}
-SHORT_BAR0_OFFSET = 0xa80
-BAR_SIZES = {0: 1 << 20, 2: 4096, 4: 4096}
+SF = 0x800000
+REJECT_BAR0 = {SF | 0x800: EINVAL, SF | 0x880: 2, SF | 0x900: 34, SF | 0x980: EOPNOTSUPP,
+               SF | 0xa00: 5}
+SHORT_BAR0_OFFSET = SF | 0xa80
+HELD_BAR0_OFFSET = 0xb00
+held = 0                                              # errno of a failure held for a signal
+BAR_SIZES = {0: 1 << 24, 2: 4096, 4: 4096}
 CONFIG_REGION = 7
 # response lengths of the ISM commands that have a payload (others: 8)
 RESP_LEN = {0x03: 16, 0x08: 200, 0x0A: 16}
@@ -94,6 +102,7 @@ def reply(mid, cmd, body=b"", err=0):
 
 def region_write(reg, off, data):
     """Returns 0 or an errno for the reply."""
+    global held
     if reg == CONFIG_REGION:
         if not (0x10 <= off < 0x28 or 0x30 <= off < 0x34):   # BARs/ROM: QEMU emulates them
             cfg[off:off + len(data)] = data
@@ -102,6 +111,14 @@ def region_write(reg, off, data):
     if reg == 0 and off in REJECT_BAR0:
         log(f"  REJECTED (BAR 0 offset 0x{off:x}, errno {REJECT_BAR0[off]})")
         return REJECT_BAR0[off]
+    if reg == 0 and off == HELD_BAR0_OFFSET:
+        held = 5
+        log("  HELD (no signal: failure held for the next signal)")
+        return 0
+    if reg == 0 and off & SF and held:
+        err, held = held, 0
+        log(f"  REPORTED HELD (errno {err})")
+        return err
     if reg != 2:
         return 0
     cmdbuf[off:off + len(data)] = data

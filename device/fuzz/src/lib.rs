@@ -310,7 +310,8 @@ impl World {
     }
 
     /// A region write as QEMU forwards it, with the bookkeeping of what it should count.
-    /// Returns whether the backend accepted it.
+    /// Returns whether the backend accepted it; for a move, whether it landed (a move
+    /// without the signal that fails is answered as done, its failure held).
     pub fn region_write(&mut self, f: usize, region: u32, offset: u64, data: &[u8]) -> bool {
         let executes = matches!(Region::from_index(region), Some(Region::Bar(Bar::Command)))
             && offset == 0
@@ -319,10 +320,12 @@ impl World {
         let is_move = matches!(Region::from_index(region), Some(Region::Bar(Bar::Move)))
             && data.len() <= ism_emu::ism::MAX_MOVE_LEN;
         let before = self.fabric.lock().functions[f].counters.clone();
-        let ok = self.guests[f]
+        let answered = self.guests[f]
             .backend
             .region_write(region, offset, data)
             .is_ok();
+        let held = self.fabric.lock().functions[f].counters.moves_held > before.moves_held;
+        let ok = answered && !held;
         if executes {
             self.expect[f].commands += 1;
             let ret = self.read_reply(f).ret;

@@ -123,6 +123,9 @@ impl Fabric {
                     self.events
                         .dmb_gone(&dmb, "unregistered", &st.functions[id].name);
                 }
+                for f in &mut st.functions {
+                    f.held.forget(token);
+                }
                 Ok(Response::Empty)
             }
             Command::SignalIeq {

@@ -20,7 +20,7 @@ use crate::observer::report::{Counters, FunctionView};
 use crate::observer::EventSink;
 use crate::ratelimit::Budget;
 
-pub use moves::MoveError;
+pub use moves::{HeldFailures, MoveError, Stored, HELD_TOKENS};
 
 /// One function's device state, as far as other functions can see it.
 pub struct FunctionState {
@@ -42,6 +42,8 @@ pub struct FunctionState {
     /// function's GID) holds for the generation it was made in only, not for the next
     /// client. A grant made while no client is attached holds for the next one.
     pub generation: u64,
+    /// Failures of its moves without the signal, until its next signalling move.
+    pub held: HeldFailures,
 }
 
 /// SIGNAL_IEQ per sending function: a burst of 8, then 100 a second. The target's IEQ
@@ -70,6 +72,7 @@ impl FunctionState {
             reuse_reads: Budget::new(REUSE_READ_RATE, REUSE_READ_BURST),
             signals: Budget::new(SIGNAL_RATE, SIGNAL_BURST),
             generation: 0,
+            held: HeldFailures::default(),
         }
     }
 
@@ -81,6 +84,7 @@ impl FunctionState {
         self.irq.clear();
         self.vlans.clear();
         self.vlan_required = false;
+        self.held.clear();
     }
 
     /// Raises the function's interrupt and counts it when it went out.
@@ -214,10 +218,13 @@ impl Fabric {
             .filter(|d| d.owner == id)
             .map(|d| d.token)
             .collect();
-        for token in owned {
-            if let Some(dmb) = st.dmbs.remove(&token) {
+        for token in &owned {
+            if let Some(dmb) = st.dmbs.remove(token) {
                 peers.insert(dmb.rgid);
                 self.events.dmb_gone(&dmb, reason, &st.functions[id].name);
+            }
+            for f in &mut st.functions {
+                f.held.forget(*token);
             }
         }
         for dmb in st.dmbs.values().filter(|d| d.rgid == gid) {

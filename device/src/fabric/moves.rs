@@ -2,6 +2,7 @@
 //! bits and an interrupt; and the zeroing watch the observer asks for. Neither reads more
 //! than the move's own bytes under the fabric's lock.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::dma::{DmaError, DmaView, Scan};
@@ -37,6 +38,62 @@ pub enum MoveError {
     OwnerGone(u64),
     #[error("owner's DMB is no longer mapped")]
     OwnerUnmapped(#[source] DmaError),
+    /// A signalling move refused because an earlier move into the same DMB failed
+    /// without the signal (and so, perhaps posted, could not be answered).
+    #[error("an earlier move into DMB {token:#x} failed: {cause}")]
+    Held { token: u64, cause: String },
+}
+
+/// What became of a move the device accepted from the transport.
+#[derive(Debug)]
+pub enum Stored {
+    /// It landed (and signalled, if it asked to).
+    Landed,
+    /// It failed without the signal flag: held until the next signalling move into the
+    /// same DMB, which then fails.
+    Held(MoveError),
+}
+
+/// Failures of moves without the signal flag, until the sender's next signalling move
+/// into the same DMB. The patched QEMU posts such moves: no answer reaches the guest, so
+/// the failure must surface on the move that tells the receiver to look. One held
+/// failure per DMB; beyond `HELD_TOKENS` DMBs the next signalling move into *any* DMB
+/// fails, which may abort an innocent connection but never lets a receiver read data
+/// that did not arrive.
+#[derive(Debug, Default)]
+pub struct HeldFailures {
+    by_token: BTreeMap<u64, String>,
+    overflow: Option<String>,
+}
+
+/// A guest has a handful of connections per peer; a guest with more failing DMBs than
+/// this at once is broken or hostile and gets the coarse answer.
+pub const HELD_TOKENS: usize = 64;
+
+impl HeldFailures {
+    fn hold(&mut self, token: u64, cause: String) {
+        if self.by_token.len() < HELD_TOKENS || self.by_token.contains_key(&token) {
+            self.by_token.entry(token).or_insert(cause);
+        } else if self.overflow.is_none() {
+            self.overflow = Some(cause);
+        }
+    }
+
+    fn take(&mut self, token: u64) -> Option<String> {
+        self.by_token
+            .remove(&token)
+            .or_else(|| self.overflow.take())
+    }
+
+    /// The DMB is gone: a later DMB with the same token must not inherit its failure.
+    pub(super) fn forget(&mut self, token: u64) {
+        self.by_token.remove(&token);
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.by_token.clear();
+        self.overflow = None;
+    }
 }
 
 /// What the locked part of a move asks for.
@@ -47,6 +104,44 @@ enum Step {
 }
 
 impl Fabric {
+    /// A store into the move window as the device answers it (a PCISTB to BAR 0 at
+    /// `window_offset`, forwarded by QEMU). A move without the signal flag never fails
+    /// here, since QEMU may have posted it; its failure is held (see [`HeldFailures`]).
+    /// A signalling move fails without touching the DMB if a failure is held for it.
+    pub fn store_move(
+        &self,
+        sender: FunctionId,
+        window_offset: u64,
+        data: &[u8],
+    ) -> Result<Stored, MoveError> {
+        let addr = MoveAddress::decode(window_offset);
+        if addr.signal {
+            let mut st = self.lock();
+            let f = &mut st.functions[sender];
+            if let Some(cause) = f.held.take(addr.token) {
+                f.counters.moves_rejected += 1;
+                return Err(MoveError::Held {
+                    token: addr.token,
+                    cause,
+                });
+            }
+            drop(st);
+            return self
+                .move_data(sender, window_offset, data)
+                .map(|()| Stored::Landed);
+        }
+        match self.move_data(sender, window_offset, data) {
+            Ok(()) => Ok(Stored::Landed),
+            Err(e) => {
+                let mut st = self.lock();
+                let f = &mut st.functions[sender];
+                f.counters.moves_held += 1;
+                f.held.hold(addr.token, e.to_string());
+                Ok(Stored::Held(e))
+            }
+        }
+    }
+
     /// A data move by function `sender` (a PCISTB to its BAR 0 at `window_offset`).
     ///
     /// Under the lock: the checks, the copy, the SBA bits and the interrupt. A move that
@@ -58,6 +153,7 @@ impl Fabric {
         window_offset: u64,
         data: &[u8],
     ) -> Result<(), MoveError> {
+        let started = Instant::now();
         let mut reuse = None;
         loop {
             let mut guard = self.lock();
@@ -68,11 +164,13 @@ impl Fabric {
                 Ok(Step::Done) => {
                     counters.moves_out += 1;
                     counters.bytes_out += data.len() as u64;
+                    counters.move_service.record(started.elapsed());
                     return Ok(());
                 }
                 Ok(Step::ReadFirst(view)) => view,
                 Err(e) => {
                     counters.moves_rejected += 1;
+                    counters.move_service.record(started.elapsed());
                     return Err(e);
                 }
             };
@@ -242,8 +340,9 @@ fn look_cost(w: &ZeroWatch, len: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{look, look_cost, MoveError, PAGE};
+    use super::{look, look_cost, MoveError, Stored, HELD_TOKENS, PAGE};
     use crate::dma::{DmaSpace, DmaView};
+    use crate::ism::command::Command;
     use crate::ism::MoveAddress;
     use crate::observer::{ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
     use crate::ratelimit::Budget;
@@ -342,6 +441,88 @@ mod tests {
         assert!(matches!(err, Err(MoveError::WrongSender { .. })), "{err:?}");
         assert_eq!(rig.ram(1, Rig::dmb_offset(32), 8), [0; 8]);
         assert_eq!(rig.fabric.lock().functions[2].counters.moves_rejected, 1);
+    }
+
+    #[test]
+    fn a_failed_move_without_signal_is_held_for_the_next_signal_into_that_dmb() {
+        let rig = Rig::new(2);
+        let a = rig.reg_dmb(1, rig.gid(0), 32);
+        let b = rig.reg_dmb(1, rig.gid(0), 33);
+        let past_end = rig.fabric.store_move(0, to(a, 32_000, false), b"lost");
+        assert!(matches!(
+            past_end,
+            Ok(Stored::Held(MoveError::OutOfRange { .. }))
+        ));
+        // Another DMB's connection is not affected.
+        assert!(matches!(
+            rig.fabric.store_move(0, to(b, 0, true), b"other"),
+            Ok(Stored::Landed)
+        ));
+        // The signal into the failing DMB fails, and lands nothing.
+        let err = rig.fabric.store_move(0, to(a, 0, true), b"cdc");
+        assert!(
+            matches!(err, Err(MoveError::Held { token, .. }) if token == a),
+            "{err:?}"
+        );
+        assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), [0; 3]);
+        let moved_a = |c: &String| c.starts_with("moved") && c.contains(&format!("{a:#x}"));
+        assert!(!rig.sink.calls().iter().any(moved_a));
+        // Reported once: the next signal lands.
+        assert!(matches!(
+            rig.fabric.store_move(0, to(a, 0, true), b"cdc"),
+            Ok(Stored::Landed)
+        ));
+        let c = &rig.fabric.lock().functions[0].counters;
+        assert_eq!((c.moves_held, c.moves_rejected, c.moves_out), (1, 2, 2));
+    }
+
+    #[test]
+    fn a_held_failure_ends_with_its_dmb_or_the_senders_reset() {
+        let rig = Rig::new(2);
+        let a = rig.reg_dmb(1, rig.gid(0), 32);
+        rig.fabric
+            .store_move(0, to(a, 32_000, false), b"x")
+            .unwrap();
+        let unreg = rig.fabric.execute(1, Command::UnregDmb { token: a });
+        assert!(unreg.is_ok(), "{unreg:?}");
+        assert!(rig.fabric.lock().functions[0].held.take(a).is_none());
+
+        let b = rig.reg_dmb(1, rig.gid(0), 33);
+        rig.fabric
+            .store_move(0, to(b, 32_000, false), b"x")
+            .unwrap();
+        rig.fabric.detach(0, "reset", true);
+        assert!(rig.fabric.lock().functions[0].held.take(b).is_none());
+    }
+
+    #[test]
+    fn beyond_the_held_limit_the_next_signal_into_any_dmb_fails() {
+        let rig = Rig::new(2);
+        let good = rig.reg_dmb(1, rig.gid(0), 32);
+        for i in 0..=HELD_TOKENS as u64 {
+            // Unknown tokens: each is one more DMB with a held failure.
+            let token = (0x100 + i) << 32;
+            assert!(matches!(
+                rig.fabric.store_move(0, to(token, 0, false), b"x"),
+                Ok(Stored::Held(MoveError::UnknownToken(_)))
+            ));
+        }
+        let err = rig.fabric.store_move(0, to(good, 0, true), b"cdc");
+        assert!(matches!(err, Err(MoveError::Held { .. })), "{err:?}");
+        assert!(rig.fabric.store_move(0, to(good, 0, true), b"cdc").is_ok());
+    }
+
+    #[test]
+    fn every_move_is_timed() {
+        let rig = Rig::new(2);
+        let a = rig.reg_dmb(1, rig.gid(0), 32);
+        rig.fabric.move_data(0, to(a, 0, true), b"one").unwrap();
+        rig.fabric
+            .move_data(0, to(a, 64_000, true), b"two")
+            .unwrap_err();
+        let t = &rig.fabric.lock().functions[0].counters.move_service;
+        assert_eq!(t.count(), 2);
+        assert!(t.quantile_ns(1.0).unwrap() > 0);
     }
 
     #[test]

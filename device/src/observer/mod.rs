@@ -14,6 +14,7 @@
 pub mod dmb_life;
 pub mod json;
 pub mod report;
+pub mod timing;
 
 use std::collections::BTreeMap;
 use std::fs::File;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dmb_life::{ConnState, DmbSummary, DELAY_BOUNDS_MS};
 use super::json::{chid, hex, hex_opt};
+use super::timing::ServiceTimes;
 
 /// Per-function counters, kept by the fabric.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,11 +20,18 @@ pub struct Counters {
     pub moves_out: u64,
     pub bytes_out: u64,
     pub moves_rejected: u64,
+    /// Rejected moves without the signal flag: answered as done (QEMU may have posted
+    /// them), the failure held for the next signalling move into the same DMB.
+    #[serde(default)]
+    pub moves_held: u64,
     pub moves_in: u64,
     pub bytes_in: u64,
     pub signals_in: u64,
     pub events_in: u64,
     pub interrupts: u64,
+    /// How long the device took to serve each of this function's moves (out).
+    #[serde(default)]
+    pub move_service: ServiceTimes,
 }
 
 /// One function in the snapshot.

@@ -11,6 +11,10 @@
 #include <asm/pci_io.h>
 #include <asm/pci_insn.h>
 
+/* The signal flag of an ISM data move (bit 23 of the BAR 0 offset): QEMU waits for such
+ * a store and posts the others (ism-post=on). */
+#define SF 0x800000ULL
+
 static int stb(struct zpci_dev *zdev, int bar, u64 off, void *src, int len)
 {
 	return __zpci_store_block(src, ZPCI_CREATE_REQ(zdev->fh, bar, len), off);
@@ -34,13 +38,17 @@ static void stbtest_one(struct pci_dev *pdev)
 	pr_info("STBT: %s C len1 off0x2fff src+1 rc=%d\n", n, stb(zdev, 0, 0x2fff, buf + 1, 1));
 	pr_info("STBT: %s D len8 off0x3ffc (crosses 4K of PCI offset) rc=%d\n", n, stb(zdev, 0, 0x3ffc, buf, 8));
 	pr_info("STBT: %s E len4097 off0x5000 rc=%d\n", n, stb(zdev, 0, 0x5000, buf, 4097));
-	pr_info("STBT: %s F len16 off0x800 (device rejects) rc=%d\n", n, stb(zdev, 0, 0x800, buf + 8, 16));
-	pr_info("STBT: %s F2 len16 off0x880 (device: ENOENT) rc=%d\n", n, stb(zdev, 0, 0x880, buf + 8, 16));
-	pr_info("STBT: %s F3 len16 off0x900 (device: ERANGE) rc=%d\n", n, stb(zdev, 0, 0x900, buf + 8, 16));
-	pr_info("STBT: %s F4 len16 off0x980 (device: ENOTSUP) rc=%d\n", n, stb(zdev, 0, 0x980, buf + 8, 16));
-	pr_info("STBT: %s F5 len16 off0xa00 (device: EIO) rc=%d\n", n, stb(zdev, 0, 0xa00, buf + 8, 16));
-	pr_info("STBT: %s F6 len16 off0xa80 (device: short write) rc=%d\n", n, stb(zdev, 0, 0xa80, buf + 8, 16));
-	pr_info("STBT: %s G len8 off0x200000 (beyond 1M BAR) rc=%d\n", n, stb(zdev, 0, 0x200000, buf, 8));
+	pr_info("STBT: %s F len16 offSF+0x800 (device rejects) rc=%d\n", n, stb(zdev, 0, SF | 0x800, buf + 8, 16));
+	pr_info("STBT: %s F2 len16 offSF+0x880 (device: ENOENT) rc=%d\n", n, stb(zdev, 0, SF | 0x880, buf + 8, 16));
+	pr_info("STBT: %s F3 len16 offSF+0x900 (device: ERANGE) rc=%d\n", n, stb(zdev, 0, SF | 0x900, buf + 8, 16));
+	pr_info("STBT: %s F4 len16 offSF+0x980 (device: ENOTSUP) rc=%d\n", n, stb(zdev, 0, SF | 0x980, buf + 8, 16));
+	pr_info("STBT: %s F5 len16 offSF+0xa00 (device: EIO) rc=%d\n", n, stb(zdev, 0, SF | 0xa00, buf + 8, 16));
+	pr_info("STBT: %s F6 len16 offSF+0xa80 (device: short write) rc=%d\n", n, stb(zdev, 0, SF | 0xa80, buf + 8, 16));
+	pr_info("STBT: %s G len8 off0x1200000 (beyond 16M BAR) rc=%d\n", n, stb(zdev, 0, 0x1200000, buf, 8));
+	/* A store without the signal that the device rejects, then two with the signal. */
+	pr_info("STBT: %s H len16 off0xb00 (device rejects, no signal) rc=%d\n", n, stb(zdev, 0, 0xb00, buf + 8, 16));
+	pr_info("STBT: %s H2 len16 offSF+0xb80 (next signal) rc=%d\n", n, stb(zdev, 0, SF | 0xb80, buf + 8, 16));
+	pr_info("STBT: %s H3 len16 offSF+0xb80 (the signal after) rc=%d\n", n, stb(zdev, 0, SF | 0xb80, buf + 8, 16));
 	free_pages((unsigned long)buf, 1);
 }
 

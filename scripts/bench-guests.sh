@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# SMC-D through the emulator against TCP between the same two TCG guests, and where a
+# move's time goes. For each MODE, boots an emulator and two guests (server 10.0.0.1,
+# client 10.0.0.2) that run guest-tests/progs/smcbench: a checked 64 MiB stream, 1-byte
+# and 1 KiB request/response, each over AF_SMC and then over TCP on the virtio-net link.
+# The host snapshots the emulator at every phase boundary (scripts/bench_guests.py).
+#
+# Usage: scripts/bench-guests.sh [MODE...]      (default: waited posted)
+#   waited   QEMU waits for every move's reply (zpci ism-post=off)
+#   posted   QEMU posts moves without the signal flag (ism-post=on, the default)
+# Environment: BENCH_BYTES (64M), BENCH_ROUNDS (2000), BENCH_DIR (build/bench-guests),
+# GUEST_SMP, GUEST_MEM, KERNEL, VARIANT.
+# Prints a table; writes BENCH_DIR/results.json. Exit status 0 if every run passed and
+# every SMC run was SMC-D. Speeds are figures, not pass/fail criteria.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$REPO_ROOT/scripts/topology.sh"
+
+need_packages guests   # python3
+BENCH_DIR="${BENCH_DIR:-$BUILD_DIR/bench-guests}"
+BENCH_BYTES="${BENCH_BYTES:-64M}"
+BENCH_ROUNDS="${BENCH_ROUNDS:-2000}"
+modes=("$@")
+[ ${#modes[@]} -gt 0 ] || modes=(waited posted)
+for m in "${modes[@]}"; do
+    case "$m" in waited|posted) ;; *) die "unknown mode '$m' (waited or posted)" ;; esac
+done
+check_artefacts
+mkdir -p "$BENCH_DIR"
+
+dirs=()
+ok=0
+for mode in "${modes[@]}"; do
+    post=on; [ "$mode" = posted ] || post=off
+    step "bench $mode (ism-post=$post): ${BENCH_BYTES} stream, ${BENCH_ROUNDS} x 1 B and 1 KiB echo, SMC-D then TCP"
+    topo_init "$BENCH_DIR/$mode"
+    printf '{"mode": "%s", "ism_post": "%s"}\n' "$mode" "$post" >"$RUN_DIR/meta.json"
+    RUST_LOG=warn emu_start 2
+    ISM_POST=$post guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcbench server 10.0.0.1 "$BENCH_BYTES" "$BENCH_ROUNDS"
+    ISM_POST=$post guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcbench client 10.0.0.1 "$BENCH_BYTES" "$BENCH_ROUNDS"
+    python3 "$REPO_ROOT/scripts/bench_guests.py" watch "$EMU_BIN" "$RUN_DIR/control.sock" \
+        "$RUN_DIR/b.console.log" "$RUN_DIR/phases.json" &
+    watcher=$!
+    guest_wait a || ok=1
+    guest_wait b || ok=1
+    touch "$RUN_DIR/b.console.log.done"
+    wait "$watcher" || ok=1
+    emu_stop || ok=1
+    topo_cleanup
+    dirs+=("$RUN_DIR")
+done
+python3 "$REPO_ROOT/scripts/bench_guests.py" report "$BENCH_DIR/results.json" "${dirs[@]}" || ok=1
+echo "results: $BENCH_DIR/results.json"
+exit $ok
