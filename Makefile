@@ -16,7 +16,7 @@ export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
-	ci-smcd-check vng-check bench soak soak-short fuzz lint clean
+	ci-smcd-check vng-check bench bench-guests soak soak-short fuzz lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -118,6 +118,10 @@ vng-check: emulator qemu
 
 bench:
 	cargo bench --bench throughput
+
+# SMC-D against TCP between the same two guests, waited and posted moves (docs/performance.md).
+bench-guests: images emulator
+	scripts/bench-guests.sh
 
 # Soak with real guests (scripts/soak.sh, docs/soak.md): a guest killed and booted again
 # SOAK_ROUNDS times beside a streaming pair, SOAK_GUESTS guests streaming at once, the

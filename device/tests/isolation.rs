@@ -193,6 +193,34 @@ fn a_hostile_function_does_not_stall_another_functions_moves() {
         },
     );
 
+    // Attack 4: moves QEMU posts (no signal) need no reply, so a guest can queue them as
+    // fast as its socket takes them: 4 KiB each, back to back, half of them failing.
+    let (posted, amplifier) = during(
+        amplifier,
+        move |g| {
+            let into = |offset: u32| {
+                ism_emu::ism::MoveAddress {
+                    token,
+                    dmbe: 0,
+                    signal: false,
+                    offset,
+                }
+                .encode()
+            };
+            g.client
+                .region_write_posted(MOVE_BAR, into(0), &[7; 4096])
+                .unwrap();
+            g.client
+                .region_write_posted(MOVE_BAR, into(MIB as u32 - 8), &[7; 4096])
+                .unwrap();
+        },
+        || {
+            windows("posted-move flood", bound, || {
+                measure(&mut victim, dmb.token)
+            })
+        },
+    );
+
     let target = default_gid(CHID, 1);
     let (flood, _) = during(
         amplifier,
@@ -209,6 +237,7 @@ fn a_hostile_function_does_not_stall_another_functions_moves() {
     for (name, s) in [
         ("zeroing watch", &zero_watch),
         ("reuse amplification", &reuse),
+        ("posted-move flood", &posted),
         ("SIGNAL_IEQ flood", &flood),
     ] {
         assert!(s.p99 <= bound, "{name}: p99 {:?} > {bound:?}", s.p99);
