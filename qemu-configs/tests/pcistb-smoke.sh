@@ -106,6 +106,13 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-smoke -k "$KOU
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
+# ism=on on anything but vfio-user-pci (here an emulated virtio-net function) must stop
+# QEMU at start-up with a clear error, before any guest runs.
+refuse_rc=0
+timeout 30 "$QEMU" -machine s390-ccw-virtio -accel tcg -nodefaults -nographic -S \
+    -device zpci,uid=5,fid=5,target=n5,ism=on,pchid=0x1234 \
+    -device virtio-net-pci,id=n5,romfile= >"$WORK/refuse.out" 2>&1 || refuse_rc=$?
+
 pass=0 fail=0
 check() {   # check DESCRIPTION FILE FIXED-STRING
     if grep -qF -- "$3" "$2"; then echo "ok - $1"; pass=$((pass + 1))
@@ -120,10 +127,15 @@ check_absent() {
     else echo "ok - $1"; pass=$((pass + 1)); fi
 }
 C="$WORK/console.log" S="$WORK/stub.log" P="$WORK/plain.log" F=0002:00:00.0 N=0003:00:00.0
+if [ "$refuse_rc" -ne 0 ] && [ "$refuse_rc" -ne 124 ]; then echo "ok - ism=on on virtio-net-pci: QEMU refuses to start"; pass=$((pass + 1))
+else echo "not ok - ism=on on virtio-net-pci: QEMU exit status $refuse_rc"; fail=$((fail + 1)); fi
+check "... saying why" "$WORK/refuse.out" "ism=on requires a vfio-user-pci target, not virtio-net-pci"
 if [ "$rc" = 0 ]; then echo "ok - guest ran and powered off"; pass=$((pass + 1))
 else echo "not ok - guest run failed (rc=$rc)"; cat "$WORK/run.err"; fail=$((fail + 1)); fi
 # the ISM function (ism=on)
 check "ISM: CLP reports pchid and PFT 5" "$C" "PCI $F vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
+check_re "ISM: its function group has maxstbl 4096" "$C" "STBT: $F pfgid=0x[0-9a-f]+ maxstbl=4096"
+check_absent "ISM: ... not the default group's" "$C" "STBT: $F pfgid=0xff "
 check "ISM: 5 bytes at BAR offset 37 from a page-crossing buffer: cc 0" "$C" "STBT: $F A len5 off37 src+4093 (crosses page) rc=0"
 check "ISM: ... arrive as one write with the guest's bytes, posted (no signal)" "$S" "WRITE r0 off=0x25 len=5 post=True data=fdfeff0001"
 check "ISM: 4096 bytes from a misaligned buffer: cc 0" "$C" "STBT: $F B len4096 off0x1000 src+3 rc=0"
@@ -159,6 +171,7 @@ check "ISM: driver's REG_IEQ payload as one 16-byte write" "$S" "WRITE r2 off=0x
 check "ISM: driver probed (bound)" "$C" "SMOKE: ism bound $F"
 # the control function (no ism=on): stock behaviour
 check "control: CLP reports pchid 0, PFT 0" "$C" "PCI $N vendor=0x1014 device=0x04ee pchid=0x0000 pft=0x00"
+check "control: the default function group, maxstbl 128" "$C" "STBT: $N pfgid=0xff maxstbl=128"
 check "control: 5 bytes: specification exception as before" "$C" "STBT: $N A len5 off37 src+4093 (crosses page) rc=-6"
 check "control: 4096 bytes (> maxstbl 128): specification exception as before" "$C" "STBT: $N B len4096 off0x1000 src+3 rc=-6"
 check "control: 16 aligned bytes: accepted as before" "$C" "STBT: $N F len16 offSF+0x800 (device rejects) rc=0"

@@ -33,6 +33,7 @@ static void stbtest_one(struct pci_dev *pdev)
 	for (i = 0; i < 2 * PAGE_SIZE; i++)
 		buf[i] = i & 0xff;
 	pr_info("STBT: %s fh=0x%x\n", n, zdev->fh);
+	pr_info("STBT: %s pfgid=0x%x maxstbl=%u\n", n, zdev->pfgid, zdev->maxstbl);
 	pr_info("STBT: %s A len5 off37 src+4093 (crosses page) rc=%d\n", n, stb(zdev, 0, 37, buf + 4093, 5));
 	pr_info("STBT: %s B len4096 off0x1000 src+3 rc=%d\n", n, stb(zdev, 0, 0x1000, buf + 3, 4096));
 	pr_info("STBT: %s C len1 off0x2fff src+1 rc=%d\n", n, stb(zdev, 0, 0x2fff, buf + 1, 1));
