@@ -12,8 +12,9 @@
 # the table shows their median), BENCH_DIR (build/bench-guests), GUEST_SMP (1: with two
 # guests on a 2-core host, one vCPU each keeps the vCPU threads within the cores; two
 # made the same run vary by a factor of 1.7), GUEST_MEM, KERNEL, VARIANT.
-# Prints a table; writes BENCH_DIR/results.json. Exit status 0 if every run passed and
-# every SMC run was SMC-D. Speeds are figures, not pass/fail criteria.
+# Prints a table; writes BENCH_DIR/results.json. Exit status 0 if every AF_SMC run passed
+# and was SMC-D (a failed TCP reference run is a warning: its ratio stays empty). Speeds
+# are figures, not pass/fail criteria.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
@@ -45,8 +46,10 @@ for mode in "${modes[@]}"; do
     python3 "$REPO_ROOT/scripts/bench_guests.py" watch "$EMU_BIN" "$RUN_DIR/control.sock" \
         "$RUN_DIR/b.console.log" "$RUN_DIR/phases.json" &
     watcher=$!
-    guest_wait a || ok=1
-    guest_wait b || ok=1
+    # The guests' verdicts include the TCP reference runs; the report judges the SMC-D
+    # ones (a guest whose QEMU failed leaves them missing or failed there).
+    guest_wait a || true
+    guest_wait b || true
     touch "$RUN_DIR/b.console.log.done"
     wait "$watcher" || ok=1
     emu_stop || ok=1

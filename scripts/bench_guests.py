@@ -227,8 +227,11 @@ def report(out, run_dirs):
             "echo1k_p50_smc_over_tcp": ratio("echo1k-smc", "echo1k-tcp", "p50_us"),
         }
         q = r["ratios"]
-        print(f"{r['mode']:<8} {fmt(q['stream_smc_over_tcp'], '16.2f')}x"
-              f" {fmt(q['echo1_p50_smc_over_tcp'], '19.2f')}x {fmt(q['echo1k_p50_smc_over_tcp'], '20.2f')}x")
+
+        def rx(v, width):
+            return f"{v:.2f}x".rjust(width) if v is not None else "-".rjust(width)
+        print(f"{r['mode']:<8} {rx(q['stream_smc_over_tcp'], 17)}"
+              f" {rx(q['echo1_p50_smc_over_tcp'], 20)} {rx(q['echo1k_p50_smc_over_tcp'], 21)}")
     print()
     print("MB/s: the median of the stream repeats (range: all of them), one way, every byte"
           " checked, checksummed; p50/p99: request/response round trip at the client;"
@@ -237,8 +240,17 @@ def report(out, run_dirs):
     print("Both transports run under TCG: the ratios are the result, not the absolute numbers.")
     with open(out, "w") as f:
         json.dump({"runs": runs}, f, indent=1)
+    # A failed TCP reference run (seen once: a 1 KiB echo over virtio-net stalled until
+    # the I/O timeout) leaves its ratio empty; it is not the emulator's path.
+    tcp_bad = [f"{r['mode']}/{n}" for r in runs for n, row in r["phases"].items()
+               if n.endswith("-tcp") and row.get("rc") != 0]
+    if tcp_bad:
+        print(f"warning: TCP reference run(s) failed, their ratios are missing: {' '.join(tcp_bad)}"
+              " (see the guests' consoles)", file=sys.stderr)
     bad = [f"{r['mode']}/{n}" for r in runs for n, row in r["phases"].items()
-           if row.get("rc") != 0 or (n.endswith("-smc") and row.get("modes") != ["SMCD"])]
+           if n.endswith("-smc") and (row.get("rc") != 0 or row.get("modes") != ["SMCD"])]
+    bad += [f"{r['mode']}/{n} (missing)" for r in runs
+            for n in ("stream-smc", "echo1-smc", "echo1k-smc") if n not in r["phases"]]
     if bad:
         print(f"FAILED or not SMC-D: {' '.join(bad)}", file=sys.stderr)
         return 1
