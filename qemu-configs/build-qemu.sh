@@ -48,11 +48,15 @@ RECIPE=1
 
 HERE="$REPO_ROOT/qemu-configs"
 PATCH_DIR="$HERE/patches"
+# The series in order. The cover letter is for the mailing list: neither applied nor
+# part of the cache key.
+mapfile -t PATCHES < <(find "$PATCH_DIR" -maxdepth 1 -name '*.patch' ! -name '0000-cover-letter.patch' | LC_ALL=C sort)
+[ ${#PATCHES[@]} -gt 0 ] || die "no patches in $PATCH_DIR"
 
 ver_noepoch="${QEMU_DEB_VERSION#*:}"            # 10.2.2+ds-1
 upstream_ver="${ver_noepoch%-*}"                 # 10.2.2+ds
 dsc="qemu_${ver_noepoch}.dsc"
-key="$(printf '%s' "$QEMU_DEB_VERSION" | tr -c 'A-Za-z0-9.\n-' '_')-$(input_hash "$QEMU_DEB_VERSION" "$PATCH_DIR" \
+key="$(printf '%s' "$QEMU_DEB_VERSION" | tr -c 'A-Za-z0-9.\n-' '_')-$(input_hash "$QEMU_DEB_VERSION" "${PATCHES[@]}" \
     "${CONFIGURE_OPTS[*]}" "meson $MESON_VERSION" "recipe $RECIPE")"
 OUT="$CACHE_DIR/qemu/$key"
 QEMU_BIN="$OUT/bin/qemu-system-s390x"
@@ -106,7 +110,7 @@ if [ -d "$OUT" ]; then
     rm -rf "$OUT"
 fi
 
-step "building QEMU $QEMU_DEB_VERSION with $(ls "$PATCH_DIR"/*.patch | wc -l) patches (cache key $key)"
+step "building QEMU $QEMU_DEB_VERSION with ${#PATCHES[@]} patches (cache key $key)"
 need_packages qemu
 
 # --- meson from PyPI, in a venv inside the cache (the host's apt sources stay as they are)
@@ -155,7 +159,7 @@ rm -rf "$WORK"; mkdir -p "$WORK"
 step "unpacking $dsc (Debian's patches applied by dpkg-source)"
 dpkg-source --no-copy -x "$SRC_DL/$dsc" "$WORK/src" >"$WORK/unpack.log" 2>&1 \
     || die "dpkg-source -x $SRC_DL/$dsc failed (checksums do not match the .dsc?); remove $SRC_DL and retry"
-for p in "$PATCH_DIR"/*.patch; do
+for p in "${PATCHES[@]}"; do
     step "applying $(basename "$p")"
     patch -d "$WORK/src" -p1 --quiet --forward --no-backup-if-mismatch <"$p" >&2 || die "patch $p does not apply"
 done
@@ -185,7 +189,7 @@ make -C "$WORK/src/build" install DESTDIR="$WORK/dest" >>"$WORK/build.log" 2>&1 
     || die "s390-ccw.img was not built (is s390x-linux-gnu-gcc usable? see $WORK/configure.log)"
 install -D -m 0644 "$WORK/src/build/pc-bios/s390-ccw/s390-ccw.img" "$WORK/dest$OUT/share/qemu/s390-ccw.img"
 printf '%s\n' "$key" >"$WORK/dest$OUT/.ism-emu-key"
-ls "$PATCH_DIR"/*.patch | xargs -n1 basename >"$WORK/dest$OUT/.ism-emu-patches"
+printf '%s\n' "${PATCHES[@]##*/}" >"$WORK/dest$OUT/.ism-emu-patches"
 mv -T "$WORK/dest$OUT" "$OUT"
 verify_install "$OUT" || die "freshly built QEMU in $OUT failed verification"
 publish
