@@ -6,7 +6,6 @@ mod support;
 use ism_emu::default_gid;
 use ism_emu::ism::command::opcode;
 use ism_emu::ism::wire;
-use ism_emu::ism::MoveAddress;
 use ism_emu::testkit::{cmd, msg, GuestRam};
 use support::*;
 use zerocopy::IntoBytes;
@@ -223,26 +222,23 @@ fn device_reset_drops_dmbs_and_notifies_the_peer() {
     );
 }
 
+/// No stray reply (to a posted write) is waiting in the stream.
+fn next_reply_is_the_next_commands(g: &mut Guest) {
+    assert_eq!(
+        g.read_gid(),
+        default_gid(CHID, 0),
+        "a stray reply in the stream"
+    );
+}
+
 #[test]
 fn posted_moves_get_no_reply_and_keep_the_stream_in_sync() {
     let m = Machine::start(2);
     let mut a = m.guest(0);
     let mut b = m.guest(1);
     let dmb = b.reg_dmb(16384, default_gid(CHID, 0));
-    let addr = MoveAddress {
-        token: dmb.token,
-        dmbe: 0,
-        signal: true,
-        offset: 0,
-    };
-    a.client
-        .region_write_posted(MOVE_BAR, addr.encode(), b"posted")
-        .unwrap();
-    assert_eq!(
-        a.read_gid(),
-        default_gid(CHID, 0),
-        "next reply is the next command's"
-    );
+    a.post_move(dmb.token, true, 0, b"posted");
+    next_reply_is_the_next_commands(&mut a);
     assert_eq!(b.dmb_bytes(&dmb, 0, 6), b"posted");
 }
 
@@ -256,20 +252,8 @@ fn a_failed_posted_move_is_held_for_the_next_signal_into_its_dmb() {
     let mut b = m.guest(1);
     let dmb = b.reg_dmb(16384, default_gid(CHID, 0));
     let other = b.reg_dmb(16384, default_gid(CHID, 0));
-    let past_end = MoveAddress {
-        token: dmb.token,
-        dmbe: 0,
-        signal: false,
-        offset: 16380,
-    };
-    a.client
-        .region_write_posted(MOVE_BAR, past_end.encode(), b"overrun")
-        .unwrap();
-    assert_eq!(
-        a.read_gid(),
-        default_gid(CHID, 0),
-        "next reply is the next command's"
-    );
+    a.post_move(dmb.token, false, 16380, b"overrun");
+    next_reply_is_the_next_commands(&mut a);
     assert!(a.move_data(other.token, 0, b"other", true).is_ok());
     assert_eq!(b.dmb_bytes(&other, 0, 5), b"other");
     assert!(a.move_data(dmb.token, 0, b"cdc", true).is_err());
@@ -289,10 +273,7 @@ fn failed_posted_signalling_move_is_answered_with_an_error_reply() {
     let m = Machine::start(2);
     let mut a = m.guest(0);
     let mut b = m.guest(1);
-    let id = a
-        .client
-        .region_write_posted(MOVE_BAR, 99 << 32 | 1 << 23, b"lost")
-        .unwrap();
+    let id = a.post_move(99 << 32, true, 0, b"lost");
     assert!(a.client.recv_reply(id).unwrap().is_err());
     still_working(&mut a, &mut b);
 }

@@ -198,21 +198,8 @@ fn a_hostile_function_does_not_stall_another_functions_moves() {
     let (posted, amplifier) = during(
         amplifier,
         move |g| {
-            let into = |offset: u32| {
-                ism_emu::ism::MoveAddress {
-                    token,
-                    dmbe: 0,
-                    signal: false,
-                    offset,
-                }
-                .encode()
-            };
-            g.client
-                .region_write_posted(MOVE_BAR, into(0), &[7; 4096])
-                .unwrap();
-            g.client
-                .region_write_posted(MOVE_BAR, into(MIB as u32 - 8), &[7; 4096])
-                .unwrap();
+            g.post_move(token, false, 0, &[7; 4096]);
+            g.post_move(token, false, MIB as u32 - 8, &[7; 4096]);
         },
         || {
             windows("posted-move flood", bound, || {

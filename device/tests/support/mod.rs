@@ -229,6 +229,20 @@ impl Guest {
             .unwrap()
     }
 
+    /// One store into the move window (element 0) as QEMU posts it: no reply comes back.
+    /// Returns the message id.
+    pub fn post_move(&mut self, token: u64, signal: bool, offset: u32, data: &[u8]) -> u16 {
+        let addr = MoveAddress {
+            token,
+            dmbe: 0,
+            signal,
+            offset,
+        };
+        self.client
+            .region_write_posted(MOVE_BAR, addr.encode(), data)
+            .unwrap()
+    }
+
     /// A data move as ism_move() does it: chunks that never cross 4 KiB, `sf` only on the
     /// last. Returns the first rejected chunk's error.
     pub fn move_data(&mut self, token: u64, offset: u32, data: &[u8], sf: bool) -> Reply {
