@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ism_emu::dmb::Dmb;
-use ism_emu::fabric::MoveError;
+use ism_emu::fabric::{MoveError, Stored, HELD_TOKENS};
 use ism_emu::ism::command::{CommandError, Response};
 use ism_emu::ism::status::{gid_code, EventType, IEQ_ENTRIES, IEQ_LEN};
 use ism_emu::ism::wire;
@@ -370,6 +370,10 @@ struct ModelFunction {
     /// The IEQ's next slot, None while no IEQ is registered.
     ieq: Option<u64>,
     signals_left: u64,
+    /// DMBs with a failed move without the signal held for the next signalling move
+    /// (at most HELD_TOKENS), and whether one more failed beyond them.
+    held: BTreeSet<u64>,
+    held_overflow: bool,
 }
 
 impl ModelFunction {
@@ -382,6 +386,8 @@ impl ModelFunction {
             sba: true,
             ieq: Some(0),
             signals_left,
+            held: BTreeSet::new(),
+            held_overflow: false,
         }
     }
 
@@ -507,6 +513,7 @@ impl Model {
             let dmb = self.dmbs.remove(&token).unwrap();
             peers.insert(dmb.rgid);
             self.dead.push(token);
+            self.forget_held(token);
         }
         for dmb in self.dmbs.values() {
             if dmb.rgid == gid {
@@ -515,6 +522,8 @@ impl Model {
         }
         peers.remove(&gid);
         let f = &mut self.functions[id];
+        f.held.clear();
+        f.held_overflow = false;
         f.generation += 1;
         f.attached = false;
         f.sba = false;
@@ -532,6 +541,23 @@ impl Model {
             if p.attached && peers.contains(&p.gid) {
                 self.post(peer, event.clone(), fx);
             }
+        }
+    }
+
+    /// A move without the signal by `id` into `token` failed: held, as the device does.
+    fn hold(&mut self, id: usize, token: u64) {
+        let f = &mut self.functions[id];
+        if f.held.len() < HELD_TOKENS || f.held.contains(&token) {
+            f.held.insert(token);
+        } else {
+            f.held_overflow = true;
+        }
+    }
+
+    /// The DMB is gone: no function's held failure applies to a later DMB with its token.
+    fn forget_held(&mut self, token: u64) {
+        for f in &mut self.functions {
+            f.held.remove(&token);
         }
     }
 
@@ -597,6 +623,7 @@ impl Model {
                 if ok {
                     self.dmbs.remove(&token);
                     self.dead.push(token);
+                    self.forget_held(token);
                 }
                 ok
             }
@@ -609,14 +636,26 @@ impl Model {
                 ..
             } => {
                 let token = self.token(tok);
+                let (gid, generation) = (f.gid, f.generation);
+                let sender = &mut self.functions[id];
+                // A failure held for this DMB (or, beyond the limit, for any) fails the
+                // signalling move, which lands nothing.
+                if *signal
+                    && (sender.held.remove(&token) || std::mem::take(&mut sender.held_overflow))
+                {
+                    return fx;
+                }
                 let Some(dmb) = self.dmbs.get(&token) else {
+                    if !*signal {
+                        self.hold(id, token);
+                    }
                     return fx;
                 };
                 let end = u64::from(*offset) + *len as u64;
                 let owner = &self.functions[dmb.owner];
                 let ok = (1..=MAX_MOVE_LEN).contains(len)
                     && (dmb.owner == id
-                        || (dmb.rgid == f.gid && dmb.grantee_generation == Some(f.generation)))
+                        || (dmb.rgid == gid && dmb.grantee_generation == Some(generation)))
                     && end <= u64::from(dmb.len)
                     && *dmbe < 16
                     && owner.attached
@@ -636,6 +675,8 @@ impl Model {
                             (dmb.owner, mask_at, mask_at + 2),
                         ]);
                     }
+                } else if !*signal {
+                    self.hold(id, token);
                 }
                 ok
             }
@@ -743,6 +784,7 @@ fn fabric_snapshot(rig: &Rig) -> FabricSnapshot {
         v.counters.commands = 0;
         v.counters.command_errors = 0;
         v.counters.moves_rejected = 0;
+        v.counters.moves_held = 0;
         // A rejected move is still timed: service time is not device state.
         v.counters.move_service = Default::default();
     }
@@ -829,8 +871,9 @@ fn perform(rig: &mut Rig, model: &Model, op: &Op) -> bool {
                 signal: *signal,
                 offset: *offset,
             };
-            let result: Result<(), MoveError> = rig.fabric.move_data(id, addr.encode(), &data);
-            result.is_ok()
+            // As the backend stores it: a failed move without the signal is held.
+            let result: Result<Stored, MoveError> = rig.fabric.store_move(id, addr.encode(), &data);
+            matches!(result, Ok(Stored::Landed))
         }
         Op::Signal {
             to,
