@@ -16,7 +16,7 @@ export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
-	ci-smcd-check vng-check bench bench-guests soak soak-short fuzz lint clean
+	ci-smcd-check vng-check bench bench-guests experiment soak soak-short fuzz lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -51,6 +51,8 @@ demo: images emulator
 unit: deps
 	cargo test --locked
 	$(MAKE) -s -C guest-tests/progs check OUT=$(BUILD_DIR)/guest-progs
+	bash -c 'source scripts/lib.sh && need_packages guests'
+	python3 scripts/test_experiment.py
 
 lint: deps
 	cargo fmt --all -- --check
@@ -122,6 +124,12 @@ bench:
 # SMC-D against TCP between the same two guests, waited and posted moves (docs/performance.md).
 bench-guests: images emulator
 	scripts/bench-guests.sh
+
+# The seed commit's experiment (net/smc 1c5526968e27) on the emulated device: buffer and
+# connection set-up latency with the zeroing at release against at hand-out, the host's
+# view of the DMBs, SMC-D against TCP (docs/experiment.md). Builds the kernels it compares.
+experiment: images emulator
+	scripts/experiment.sh
 
 # Soak with real guests (scripts/soak.sh, docs/soak.md): a guest killed and booted again
 # SOAK_ROUNDS times beside a streaming pair, SOAK_GUESTS guests streaming at once, the
