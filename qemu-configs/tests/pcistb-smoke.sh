@@ -106,12 +106,41 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-smoke -k "$KOU
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
+# The server goes away under a guest that keeps storing: every store after that must fail
+# (cc 1), and QEMU must say so once, not once per store.
+sed 's|^insmod /stbtest.ko$|insmod /stbtest.ko dead=1|; /ism.ko/d; /ism bound/d' "$WORK/ir/init" >"$WORK/init.dead"
+install -m 755 "$WORK/init.dead" "$WORK/ir/init"
+(cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-dead.cpio.gz"
+python3 "$HERE/pcistb-stub.py" "$WORK/dead.sock" "$WORK/dead.log" --die-on 0x800c00 &
+stub_pid=$!
+wait_for_socket "$WORK/dead.sock" 5 || die "the stub did not create $WORK/dead.sock"
+dead_rc=0
+QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-dead -k "$KOUT/bzImage" \
+    -i "$WORK/initrd-dead.cpio.gz" --ism "$WORK/dead.sock" --chid "$CHID" --timeout 120 \
+    --log "$WORK/dead.console.log" >/dev/null 2>"$WORK/dead.err" || dead_rc=$?
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
+
 # ism=on on anything but vfio-user-pci (here an emulated virtio-net function) must stop
 # QEMU at start-up with a clear error, before any guest runs.
 refuse_rc=0
 timeout 30 "$QEMU" -machine s390-ccw-virtio -accel tcg -nodefaults -nographic -S \
     -device zpci,uid=5,fid=5,target=n5,ism=on,pchid=0xff10 \
     -device virtio-net-pci,id=n5,romfile= >"$WORK/refuse.out" 2>&1 || refuse_rc=$?
+
+# A server that cannot take a 4 KiB write in one access cannot serve ISM's stores: QEMU
+# must refuse to plug it.
+python3 "$HERE/pcistb-stub.py" "$WORK/small.sock" "$WORK/small.log" --max-xfer 2048 &
+stub_pid=$!
+wait_for_socket "$WORK/small.sock" 5 || die "the stub did not create $WORK/small.sock"
+small_rc=0
+timeout 30 "$QEMU" -machine s390-ccw-virtio -accel tcg -nodefaults -nographic -S \
+    -device zpci,uid=6,fid=6,target=small6,ism=on,pchid=0x1234 \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"small6\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/small.sock\"}}" \
+    >"$WORK/small.out" 2>&1 || small_rc=$?
+kill $stub_pid 2>/dev/null || true
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
 
 pass=0 fail=0
 check() {   # check DESCRIPTION FILE FIXED-STRING
@@ -131,6 +160,9 @@ if [ "$refuse_rc" -ne 0 ] && [ "$refuse_rc" -ne 124 ]; then echo "ok - ism=on on
 else echo "not ok - ism=on on virtio-net-pci: QEMU exit status $refuse_rc"; fail=$((fail + 1)); fi
 check "... saying why" "$WORK/refuse.out" "ism=on requires a vfio-user-pci target, not virtio-net-pci"
 check "pchid 0xff10 (Linux's virtual ISM range): a warning, not the error" "$WORK/refuse.out" "warning: zpci pchid 0xff10: Linux reserves 0xff00-0xffff"
+if [ "$small_rc" -ne 0 ] && [ "$small_rc" -ne 124 ]; then echo "ok - ISM on a server taking 2048-byte writes: QEMU refuses to start"; pass=$((pass + 1))
+else echo "not ok - ISM on a server taking 2048-byte writes: QEMU exit status $small_rc"; fail=$((fail + 1)); fi
+check "... saying why" "$WORK/small.out" "zpci small6: an ISM function needs writes of 4096 bytes, its device takes at most 2048"
 if [ "$rc" = 0 ]; then echo "ok - guest ran and powered off"; pass=$((pass + 1))
 else echo "not ok - guest run failed (rc=$rc)"; cat "$WORK/run.err"; fail=$((fail + 1)); fi
 # the ISM function (ism=on)
@@ -160,7 +192,7 @@ done
 # returns the count it sent), so a short write cannot be seen here: cc 0.
 check "ISM: device answers a short write: the client reports it whole (cc 0)" "$C" "STBT: $F F6 len16 offSF+0xa80 (device: short write) rc=0"
 check "ISM: outside the BAR: program exception (-ENXIO)" "$C" "STBT: $F G len8 off0x1200000 (beyond 16M BAR) rc=-6"
-# Patch 0004: a move without the signal is posted; its failure, held by the device,
+# Patch 0005: a move without the signal is posted; its failure, held by the device,
 # fails the next signalling store (cc 1), and only that one.
 check "ISM: rejected store without the signal: posted, cc 0" "$C" "STBT: $F H len16 off0xb00 (device rejects, no signal) rc=0"
 check "ISM: ... sent posted" "$S" "WRITE r0 off=0xb00 len=16 post=True"
@@ -180,6 +212,16 @@ check "control: ... as two 8-byte writes as before" "$P" "WRITE r0 off=0x800808 
 # patch 0001: the generic path's doublewords in the guest's byte order on any host
 check_re "control: ... each in the guest's byte order" "$P" "^WRITE r0 off=0x800800 len=8 post=[A-Za-z]+ data=08090a0b0c0d0e0f$"
 check_re "control: ... the second one too" "$P" "^WRITE r0 off=0x800808 len=8 post=[A-Za-z]+ data=1011121314151617$"
+# a server that goes away (vfio-user patch)
+D="$WORK/dead.console.log" DQ="$WORK/dead.qemu.log"
+if [ "$dead_rc" = 0 ]; then echo "ok - dead server: the guest ran on and powered off"; pass=$((pass + 1))
+else echo "not ok - dead server: guest run failed (rc=$dead_rc)"; cat "$WORK/dead.err"; fail=$((fail + 1)); fi
+check "dead server: the store it died on fails (cc 1)" "$D" "STBT: $F DEAD first rc=-5"
+check "dead server: the 20 stores after it, waited and posted, all fail" "$D" "STBT: $F DEAD after=20 failed=20"
+n_lines="$(grep -cE 'vfio_user_device_io_region_(write|read):' "$DQ" 2>/dev/null || true)"
+if [ "${n_lines:-0}" -eq 1 ]; then echo "ok - dead server: QEMU reports the failed accesses once"; pass=$((pass + 1))
+else echo "not ok - dead server: QEMU printed ${n_lines:-0} lines for the failed accesses, not 1"; fail=$((fail + 1)); fi
+check "dead server: ... saying that more go unreported" "$DQ" "Further failed accesses to"
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then
     echo "--- console:"; grep -E 'SMOKE|STBT' "$C" | tail -30

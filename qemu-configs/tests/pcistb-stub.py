@@ -19,10 +19,12 @@ response length the Linux driver expects. Rejected with an error reply:
 A BAR 0 write at offset SF+0xa80 is answered as a short write (the reply's count is one
 less than the write's). A BAR 0 write at 0xb00 (no signal: QEMU posts it) fails the way
 ism-emu fails such a move: answered as done, the failure (EIO) held and answered to the
-next BAR 0 write with the signal flag.
+next BAR 0 write with the signal flag. With --die-on OFFSET, a BAR 0 write at OFFSET
+makes the stub exit at once without a reply: the server is gone.
 Exits when the client disconnects.
 
-Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN]
+Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN] [--die-on OFFSET]
+                      [--max-xfer BYTES]   (max_data_xfer_size announced; default 1 MiB)
 """
 import argparse, array, json, os, socket, struct
 
@@ -30,6 +32,10 @@ ap = argparse.ArgumentParser()
 ap.add_argument("socket")
 ap.add_argument("log")
 ap.add_argument("--reject-cmd", type=lambda s: int(s, 0), default=None)
+ap.add_argument("--max-xfer", type=lambda s: int(s, 0), default=1 << 20,
+                help="max_data_xfer_size announced in the VERSION reply")
+ap.add_argument("--die-on", type=lambda s: int(s, 0), default=None,
+                help="exit at once, without a reply, on a BAR 0 write at this offset")
 ap.add_argument("--device-id", type=lambda s: int(s, 0), default=0x04ED,
                 help="PCI device id (another id keeps the ism driver off the function)")
 args = ap.parse_args()
@@ -108,6 +114,9 @@ def region_write(reg, off, data):
             cfg[off:off + len(data)] = data
         return 0
     log(f"WRITE r{reg} off=0x{off:x} len={len(data)} post={posted} data={data.hex()}")
+    if reg == 0 and off == args.die_on:
+        log("  DYING (the server goes away)")
+        os._exit(0)
     if reg == 0 and off in REJECT_BAR0:
         log(f"  REJECTED (BAR 0 offset 0x{off:x}, errno {REJECT_BAR0[off]})")
         return REJECT_BAR0[off]
@@ -147,7 +156,7 @@ while True:
     posted = bool(flags & NO_REPLY)
     if cmd == 1:                                      # VERSION
         caps = json.dumps({"capabilities": {"max_msg_fds": 8,
-                                            "max_data_xfer_size": 1 << 20}}).encode()
+                                            "max_data_xfer_size": args.max_xfer}}).encode()
         reply(mid, cmd, struct.pack("<HH", 0, 0) + caps + b"\0")
     elif cmd == 4:                                    # DEVICE_GET_INFO: PCI|RESET, 9 regions, 5 irqs
         reply(mid, cmd, struct.pack("<IIII", 16, 3, 9, 5))

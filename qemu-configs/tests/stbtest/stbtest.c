@@ -53,13 +53,36 @@ static void stbtest_one(struct pci_dev *pdev)
 	free_pages((unsigned long)buf, 1);
 }
 
+/*
+ * dead=1: the first store makes the stub exit (its server is gone), then stores that
+ * each must fail, half of them waited for (signal), half posted.
+ */
+static bool dead;
+module_param(dead, bool, 0444);
+
+static void stbtest_dead(struct pci_dev *pdev)
+{
+	struct zpci_dev *zdev = to_zpci(pdev);
+	u8 buf[16] = { 0 };
+	int i, failed = 0;
+
+	pr_info("STBT: %s DEAD first rc=%d\n", pci_name(pdev), stb(zdev, 0, SF | 0xc00, buf, 16));
+	for (i = 0; i < 20; i++)
+		failed += stb(zdev, 0, (i & 1 ? SF : 0) | 0xc80, buf, 16) != 0;
+	pr_info("STBT: %s DEAD after=20 failed=%d\n", pci_name(pdev), failed);
+}
+
 /* Every IBM (1014) function: the ISM one (04ed) and any test function beside it. */
 static int __init stbtest_init(void)
 {
 	struct pci_dev *pdev = NULL;
 
-	while ((pdev = pci_get_device(PCI_VENDOR_ID_IBM, PCI_ANY_ID, pdev)))
-		stbtest_one(pdev);
+	while ((pdev = pci_get_device(PCI_VENDOR_ID_IBM, PCI_ANY_ID, pdev))) {
+		if (dead)
+			stbtest_dead(pdev);
+		else
+			stbtest_one(pdev);
+	}
 	pr_info("STBT: done\n");
 	return 0;
 }
