@@ -286,6 +286,20 @@ double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+double quantile(const double *sorted, size_t n, double q)
+{
+	size_t rank = (size_t)(q * (double)n + 0.999999);
+
+	return sorted[(rank ? (rank > n ? n : rank) : 1) - 1];
+}
+
 void sleep_ms(int ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };

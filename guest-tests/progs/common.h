@@ -59,6 +59,11 @@ void err_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 double now_s(void);
 void sleep_ms(int ms);
 
+/* qsort() comparison of doubles, ascending */
+int cmp_double(const void *a, const void *b);
+/* The q-quantile (0 < q <= 1) of n >= 1 sorted values, by nearest rank. */
+double quantile(const double *sorted, size_t n, double q);
+
 /* Deterministic pseudo-random pattern, random access: byte at offset o of
  * the stream with seed s is byte (o % 8) (little endian) of
  * splitmix64(s + o / 8).  Identical on every architecture. */

@@ -170,20 +170,6 @@ static int check_mode(int fd, int idx)
 	return -1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double quantile(const double *sorted, int n, double q)
-{
-	int rank = (int)(q * n + 0.999999);
-
-	return sorted[rank ? (rank > n ? n : rank) - 1 : 0];
-}
-
 static void print_round(int round, const double *us, int n, int smcd, int fallback)
 {
 	double *s = malloc(sizeof(*s) * (size_t)n), sum = 0;
@@ -199,7 +185,7 @@ static void print_round(int round, const double *us, int n, int smcd, int fallba
 		sum += s[i];
 	out_line("CONNLAT round=%d conns=%d smcd=%d fallback=%d p50_us=%.1f p90_us=%.1f p99_us=%.1f "
 		 "mean_us=%.1f max_us=%.1f",
-		 round, n, smcd, fallback, quantile(s, n, 0.5), quantile(s, n, 0.9), quantile(s, n, 0.99),
+		 round, n, smcd, fallback, quantile(s, (size_t)n, 0.5), quantile(s, (size_t)n, 0.9), quantile(s, (size_t)n, 0.99),
 		 sum / n, s[n - 1]);
 	for (int i = 0; i < n; i += SAMPLES_PER_LINE) {
 		size_t len = (size_t)snprintf(line, sizeof(line), "CONNLAT_US round=%d first=%d us=", round, i);

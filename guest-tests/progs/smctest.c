@@ -621,21 +621,6 @@ static int connect_retry(int idx, char *err, size_t errlen)
 	}
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* The q-quantile of n sorted values (nearest rank). */
-static double quantile(const double *v, uint32_t n, double q)
-{
-	uint32_t rank = (uint32_t)(q * n + 0.999999);
-
-	return v[rank ? (rank > n ? n : rank) - 1 : 0];
-}
-
 /* One line with the echo rounds' round-trip times (send of the request to the last byte
  * of the response), for benchmarks: "LAT test=... size=... p50_us=...". */
 static void print_latency(int idx, double *lat, uint32_t n)
