@@ -96,6 +96,19 @@ impl HeldFailures {
     }
 }
 
+/// A failure held for the DMB a signalling move targets, as that move's error.
+fn take_held(
+    st: &mut FabricState,
+    sender: FunctionId,
+    window_offset: u64,
+) -> Result<(), MoveError> {
+    let token = MoveAddress::decode(window_offset).token;
+    match st.functions[sender].held.take(token) {
+        Some(cause) => Err(MoveError::Held { token, cause }),
+        None => Ok(()),
+    }
+}
+
 /// What the locked part of a move asks for.
 enum Step {
     Done,
@@ -114,29 +127,21 @@ impl Fabric {
         window_offset: u64,
         data: &[u8],
     ) -> Result<Stored, MoveError> {
-        let addr = MoveAddress::decode(window_offset);
-        if addr.signal {
-            let mut st = self.lock();
-            let f = &mut st.functions[sender];
-            if let Some(cause) = f.held.take(addr.token) {
-                f.counters.moves_rejected += 1;
-                return Err(MoveError::Held {
-                    token: addr.token,
-                    cause,
-                });
-            }
-            drop(st);
+        if MoveAddress::decode(window_offset).signal {
+            // The held failure is looked for under the same lock as the move itself,
+            // and a move it refuses is timed and counted like any refused move.
             return self
-                .move_data(sender, window_offset, data)
+                .move_with(sender, window_offset, data, true)
                 .map(|()| Stored::Landed);
         }
-        match self.move_data(sender, window_offset, data) {
+        match self.move_with(sender, window_offset, data, false) {
             Ok(()) => Ok(Stored::Landed),
             Err(e) => {
                 let mut st = self.lock();
                 let f = &mut st.functions[sender];
                 f.counters.moves_held += 1;
-                f.held.hold(addr.token, e.to_string());
+                f.held
+                    .hold(MoveAddress::decode(window_offset).token, e.to_string());
                 Ok(Stored::Held(e))
             }
         }
@@ -153,12 +158,29 @@ impl Fabric {
         window_offset: u64,
         data: &[u8],
     ) -> Result<(), MoveError> {
+        self.move_with(sender, window_offset, data, false)
+    }
+
+    /// [`Fabric::move_data`]; with `held_first`, a failure held for the move's DMB fails
+    /// it first (and is gone then), without touching the DMB.
+    fn move_with(
+        &self,
+        sender: FunctionId,
+        window_offset: u64,
+        data: &[u8],
+        held_first: bool,
+    ) -> Result<(), MoveError> {
         let started = Instant::now();
         let mut reuse = None;
         loop {
             let mut guard = self.lock();
             let st = &mut *guard;
-            let result = self.move_locked(st, sender, window_offset, data, &mut reuse);
+            let result = if held_first {
+                take_held(st, sender, window_offset)
+            } else {
+                Ok(())
+            }
+            .and_then(|()| self.move_locked(st, sender, window_offset, data, &mut reuse));
             let counters = &mut st.functions[sender].counters;
             let view = match result {
                 Ok(Step::Done) => {
@@ -474,6 +496,8 @@ mod tests {
         ));
         let c = &rig.fabric.lock().functions[0].counters;
         assert_eq!((c.moves_held, c.moves_rejected, c.moves_out), (1, 2, 2));
+        // Every store is timed, the one refused for the held failure too.
+        assert_eq!(c.move_service.count(), 4);
     }
 
     #[test]
