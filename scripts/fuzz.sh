@@ -12,7 +12,20 @@
 # cargo-fuzz is installed from crates.io, at a pinned version, into $CACHE_DIR/tools, so
 # nothing depends on what is installed by hand. Corpora live in $BUILD_DIR/fuzz/corpus,
 # seeded from the committed device/fuzz/seeds.
+#
+# scripts/fuzz.sh --can-run: exit 0 if this machine can fuzz (a nightly toolchain in
+# rustup), else say why and exit 1; runs nothing (.ci/run asks before it fuzzes).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# cargo-fuzz needs a nightly toolchain (libFuzzer's instrumentation is nightly-only),
+# which rustup cannot fetch on every machine.
+have_nightly() { rustup toolchain list 2>/dev/null | grep -q '^nightly'; }
+NO_NIGHTLY="no nightly toolchain in rustup (rustup toolchain list): run 'rustup toolchain install nightly'"
+if [ "${1:-}" = --can-run ]; then
+    have_nightly && exit 0
+    echo "fuzz: $NO_NIGHTLY" >&2
+    exit 1
+fi
 
 CARGO_FUZZ_VERSION=0.13.2
 FUZZ_SECS="${FUZZ_SECS:-60}"
@@ -22,8 +35,7 @@ FUZZ_DIR="$REPO_ROOT/device/fuzz"
 case "$FUZZ_SANITIZER" in address|none) ;; *) die "FUZZ_SANITIZER=$FUZZ_SANITIZER: address or none" ;; esac
 OUT="$BUILD_DIR/fuzz"
 
-rustup toolchain list 2>/dev/null | grep -q '^nightly' \
-    || die "no nightly toolchain: run 'rustup toolchain install nightly' — cargo-fuzz needs it (libFuzzer's instrumentation is nightly-only)"
+have_nightly || die "$NO_NIGHTLY — cargo-fuzz needs it"
 
 tools="$CACHE_DIR/tools/cargo-fuzz-$CARGO_FUZZ_VERSION"
 if [ ! -x "$tools/bin/cargo-fuzz" ]; then
