@@ -44,7 +44,7 @@ CONFIGURE_OPTS=(
 )
 # Bump when the way this script builds or installs changes (the key covers the version,
 # the patches, the configure options and meson, not this script's messages).
-RECIPE=1
+RECIPE=2
 
 HERE="$REPO_ROOT/qemu-configs"
 PATCH_DIR="$HERE/patches"
@@ -82,6 +82,7 @@ verify_install() {
     grep -q '^stream$' <<<"$out" || { warn "$bin: -netdev stream missing"; return 1; }
     # s390-ccw-virtio always loads its IPL firmware, even with -kernel
     [ -s "$1/share/qemu/s390-ccw.img" ] || { warn "$1: s390-ccw.img missing"; return 1; }
+    [ -x "$1/libexec/ism-emu/s390x-zpci-ism-test" ] || { warn "$1: the series' qtest is missing"; return 1; }
 }
 
 publish() {
@@ -180,6 +181,11 @@ step "compiling (nice, -j$JOBS)"
 nice -n 10 make -C "$WORK/src/build" -j"$JOBS" >"$WORK/build.log" 2>&1 \
     || { tail -n 40 "$WORK/build.log" >&2; die "QEMU build failed (full log: $WORK/build.log)"; }
 
+# The series' qtest (patch 0008), run against this QEMU by qemu-configs/tests/pcistb-smoke.sh.
+step "building the series' qtest"
+nice -n 10 make -C "$WORK/src/build" -j"$JOBS" tests/qtest/s390x-zpci-ism-test >>"$WORK/build.log" 2>&1 \
+    || { tail -n 40 "$WORK/build.log" >&2; die "building the qtest failed (full log: $WORK/build.log)"; }
+
 step "installing into the cache"
 make -C "$WORK/src/build" install DESTDIR="$WORK/dest" >>"$WORK/build.log" 2>&1 \
     || { tail -n 40 "$WORK/build.log" >&2; die "QEMU install failed (full log: $WORK/build.log)"; }
@@ -188,6 +194,7 @@ make -C "$WORK/src/build" install DESTDIR="$WORK/dest" >>"$WORK/build.log" 2>&1 
 [ -s "$WORK/src/build/pc-bios/s390-ccw/s390-ccw.img" ] \
     || die "s390-ccw.img was not built (is s390x-linux-gnu-gcc usable? see $WORK/configure.log)"
 install -D -m 0644 "$WORK/src/build/pc-bios/s390-ccw/s390-ccw.img" "$WORK/dest$OUT/share/qemu/s390-ccw.img"
+install -D -m 0755 "$WORK/src/build/tests/qtest/s390x-zpci-ism-test" "$WORK/dest$OUT/libexec/ism-emu/s390x-zpci-ism-test"
 printf '%s\n' "$key" >"$WORK/dest$OUT/.ism-emu-key"
 printf '%s\n' "${PATCHES[@]##*/}" >"$WORK/dest$OUT/.ism-emu-patches"
 mv -T "$WORK/dest$OUT" "$OUT"

@@ -142,6 +142,16 @@ kill $stub_pid 2>/dev/null || true
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
+# The series' own qtest (patch 0008), built with this QEMU: the zpci properties' realize
+# and plug errors over QMP.
+QTEST_BIN="$(dirname "$QEMU")/../libexec/ism-emu/s390x-zpci-ism-test"
+qtest_rc=0
+if [ -x "$QTEST_BIN" ]; then
+    QTEST_QEMU_BINARY="$QEMU" timeout 120 "$QTEST_BIN" --tap -k >"$WORK/qtest.out" 2>&1 || qtest_rc=$?
+else
+    echo "no qtest at $QTEST_BIN" >"$WORK/qtest.out"; qtest_rc=127
+fi
+
 pass=0 fail=0
 check() {   # check DESCRIPTION FILE FIXED-STRING
     if grep -qF -- "$3" "$2"; then echo "ok - $1"; pass=$((pass + 1))
@@ -212,6 +222,12 @@ check "control: ... as two 8-byte writes as before" "$P" "WRITE r0 off=0x800808 
 # patch 0001: the generic path's doublewords in the guest's byte order on any host
 check_re "control: ... each in the guest's byte order" "$P" "^WRITE r0 off=0x800800 len=8 post=[A-Za-z]+ data=08090a0b0c0d0e0f$"
 check_re "control: ... the second one too" "$P" "^WRITE r0 off=0x800808 len=8 post=[A-Za-z]+ data=1011121314151617$"
+# the series' qtest
+if [ "$qtest_rc" = 0 ]; then echo "ok - qtest s390x-zpci-ism-test: passed"; pass=$((pass + 1))
+else echo "not ok - qtest s390x-zpci-ism-test: status $qtest_rc"; tail -n 20 "$WORK/qtest.out"; fail=$((fail + 1)); fi
+for t in needs-pchid pchid-needs-ism refuses-other-targets virtual-range-pchid plain-function-unchanged properties; do
+    check_re "qtest: $t" "$WORK/qtest.out" "^ok [0-9]+ /s390x/zpci/ism/$t\$"
+done
 # a server that goes away (vfio-user patch)
 D="$WORK/dead.console.log" DQ="$WORK/dead.qemu.log"
 if [ "$dead_rc" = 0 ]; then echo "ok - dead server: the guest ran on and powered off"; pass=$((pass + 1))
