@@ -34,11 +34,14 @@ export GUEST_SMP="${GUEST_SMP:-1}"
 [ -x "$EMU_BIN" ] || die "missing $EMU_BIN: run 'make emulator' first"
 started=$SECONDS
 mkdir -p "$EXP_DIR"
+
+# split_kernel LINE[-VARIANT]: sets k (the line) and v (the variant, stock if none).
+split_kernel() { k="${1%%-*}"; v=stock; [ "$k" = "$1" ] || v="${1#*-}"; }
 rm -f "$EXP_DIR/results.json" "$EXP_DIR/experiment.png"
 
 # The kernels the default images do not include are built here (cached by their inputs).
 for kv in $EXP_KERNELS; do
-    k="${kv%%-*}"; v=stock; [ "$k" = "$kv" ] || v="${kv#*-}"
+    split_kernel "$kv"
     if [ ! -e "$(guest_kernel "$k" "$v")" ] || [ ! -e "$(guest_initrd "$k" "$v")" ]; then
         step "experiment: building kernel $k ($v)"
         make -C "$REPO_ROOT" --no-print-directory kernel initramfs KERNEL="$k" VARIANT="$v" \
@@ -49,7 +52,7 @@ done
 ok=0
 runs=()
 for kv in $EXP_KERNELS; do
-    k="${kv%%-*}"; v=stock; [ "$k" = "$kv" ] || v="${kv#*-}"
+    split_kernel "$kv"
     step "experiment: kernel $k ($v): $EXP_ROUNDS x $EXP_CONNS connections over SMC-D, then $EXP_CONNS over TCP, ${GUEST_SMP} vCPU(s) per guest"
     topo_init "$EXP_DIR/kernel-$kv"
     printf '{"kernel": "%s", "variant": "%s", "conns": %s, "rounds": %s, "smp": %s}\n' \
@@ -68,7 +71,7 @@ done
 bench=()
 if [ "$EXP_BENCH" = 1 ]; then
     # The first kernel of the list, posted moves (QEMU's default): what a user gets.
-    k1="${EXP_KERNELS%% *}"; k="${k1%%-*}"; v=stock; [ "$k" = "$k1" ] || v="${k1#*-}"
+    split_kernel "${EXP_KERNELS%% *}"
     BENCH_DIR="$EXP_DIR/bench" BENCH_BYTES="${EXP_BENCH_BYTES:-64M}" \
         BENCH_REPEAT="${EXP_BENCH_REPEAT:-3}" BENCH_ROUNDS="${EXP_BENCH_ROUNDS:-2000}" \
         KERNEL="$k" VARIANT="$v" "$REPO_ROOT/scripts/bench-guests.sh" posted || ok=1
