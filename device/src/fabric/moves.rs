@@ -96,19 +96,6 @@ impl HeldFailures {
     }
 }
 
-/// A failure held for the DMB a signalling move targets, as that move's error.
-fn take_held(
-    st: &mut FabricState,
-    sender: FunctionId,
-    window_offset: u64,
-) -> Result<(), MoveError> {
-    let token = MoveAddress::decode(window_offset).token;
-    match st.functions[sender].held.take(token) {
-        Some(cause) => Err(MoveError::Held { token, cause }),
-        None => Ok(()),
-    }
-}
-
 /// What the locked part of a move asks for.
 enum Step {
     Done,
@@ -127,21 +114,21 @@ impl Fabric {
         window_offset: u64,
         data: &[u8],
     ) -> Result<Stored, MoveError> {
-        if MoveAddress::decode(window_offset).signal {
+        let addr = MoveAddress::decode(window_offset);
+        if addr.signal {
             // The held failure is looked for under the same lock as the move itself,
             // and a move it refuses is timed and counted like any refused move.
             return self
-                .move_with(sender, window_offset, data, true)
+                .move_with(sender, window_offset, data, Some(addr.token))
                 .map(|()| Stored::Landed);
         }
-        match self.move_with(sender, window_offset, data, false) {
+        match self.move_with(sender, window_offset, data, None) {
             Ok(()) => Ok(Stored::Landed),
             Err(e) => {
                 let mut st = self.lock();
                 let f = &mut st.functions[sender];
                 f.counters.moves_held += 1;
-                f.held
-                    .hold(MoveAddress::decode(window_offset).token, e.to_string());
+                f.held.hold(addr.token, e.to_string());
                 Ok(Stored::Held(e))
             }
         }
@@ -158,29 +145,31 @@ impl Fabric {
         window_offset: u64,
         data: &[u8],
     ) -> Result<(), MoveError> {
-        self.move_with(sender, window_offset, data, false)
+        self.move_with(sender, window_offset, data, None)
     }
 
-    /// [`Fabric::move_data`]; with `held_first`, a failure held for the move's DMB fails
-    /// it first (and is gone then), without touching the DMB.
+    /// [`Fabric::move_data`]; with `held_for` (the move's token), a failure held for that
+    /// DMB fails the move first (and is gone then), without touching the DMB.
     fn move_with(
         &self,
         sender: FunctionId,
         window_offset: u64,
         data: &[u8],
-        held_first: bool,
+        held_for: Option<u64>,
     ) -> Result<(), MoveError> {
         let started = Instant::now();
         let mut reuse = None;
         loop {
             let mut guard = self.lock();
             let st = &mut *guard;
-            let result = if held_first {
-                take_held(st, sender, window_offset)
-            } else {
-                Ok(())
-            }
-            .and_then(|()| self.move_locked(st, sender, window_offset, data, &mut reuse));
+            let held = held_for.and_then(|token| {
+                let cause = st.functions[sender].held.take(token)?;
+                Some(MoveError::Held { token, cause })
+            });
+            let result = match held {
+                Some(e) => Err(e),
+                None => self.move_locked(st, sender, window_offset, data, &mut reuse),
+            };
             let counters = &mut st.functions[sender].counters;
             let view = match result {
                 Ok(Step::Done) => {
