@@ -44,7 +44,7 @@ CONFIGURE_OPTS=(
 )
 # Bump when the way this script builds or installs changes (the key covers the version,
 # the patches, the configure options and meson, not this script's messages).
-RECIPE=2
+RECIPE=3
 
 HERE="$REPO_ROOT/qemu-configs"
 PATCH_DIR="$HERE/patches"
@@ -83,6 +83,10 @@ verify_install() {
     # s390-ccw-virtio always loads its IPL firmware, even with -kernel
     [ -s "$1/share/qemu/s390-ccw.img" ] || { warn "$1: s390-ccw.img missing"; return 1; }
     [ -x "$1/libexec/ism-emu/s390x-zpci-ism-test" ] || { warn "$1: the series' qtest is missing"; return 1; }
+    [ -f "$1/libexec/ism-emu/functional/s390x/test_ism_vfio_user.py" ] \
+        && [ -f "$1/libexec/ism-emu/functional/qemu_test/__init__.py" ] \
+        && [ -d "$1/libexec/ism-emu/functional/python/qemu/machine" ] \
+        || { warn "$1: the series' functional test is missing"; return 1; }
 }
 
 publish() {
@@ -195,6 +199,14 @@ make -C "$WORK/src/build" install DESTDIR="$WORK/dest" >>"$WORK/build.log" 2>&1 
     || die "s390-ccw.img was not built (is s390x-linux-gnu-gcc usable? see $WORK/configure.log)"
 install -D -m 0644 "$WORK/src/build/pc-bios/s390-ccw/s390-ccw.img" "$WORK/dest$OUT/share/qemu/s390-ccw.img"
 install -D -m 0755 "$WORK/src/build/tests/qtest/s390x-zpci-ism-test" "$WORK/dest$OUT/libexec/ism-emu/s390x-zpci-ism-test"
+# The series' functional test (patch 0009) with the framework it runs in (QEMU's
+# tests/functional/qemu_test and python/qemu, all standard library but pycotap): it
+# needs the source tree, not the build, so it is installed beside the qtest.
+fdest="$WORK/dest$OUT/libexec/ism-emu/functional"
+mkdir -p "$fdest/s390x" "$fdest/python"
+cp -r "$WORK/src/tests/functional/qemu_test" "$fdest/qemu_test"
+cp -r "$WORK/src/python/qemu" "$fdest/python/qemu"
+install -m 0644 "$WORK/src/tests/functional/s390x/test_ism_vfio_user.py" "$fdest/s390x/"
 printf '%s\n' "$key" >"$WORK/dest$OUT/.ism-emu-key"
 printf '%s\n' "${PATCHES[@]##*/}" >"$WORK/dest$OUT/.ism-emu-patches"
 mv -T "$WORK/dest$OUT" "$OUT"

@@ -8,7 +8,10 @@
 #   1. prints the functions' zPCI identity (pchid, pft) from sysfs,
 #   2. loads stbtest.ko, which issues PCISTBs of odd shapes and prints their results,
 #   3. loads the unmodified ism driver, whose probe stores commands with PCISTB,
-# and checks what the guest saw and what the stubs received.
+# and checks what the guest saw and what the stubs received. Then the series' own tests,
+# as built with this QEMU: the qtest (patch 0008) and the functional test (patch 0009,
+# which boots the project's stock kernel and initramfs against its in-process stub;
+# pycotap from PyPI into a venv in the cache).
 #
 # Usage: qemu-configs/tests/pcistb-smoke.sh
 # Needs: make qemu; make kernel (KERNEL=6.12 by default) and its kernel build tree for
@@ -152,6 +155,35 @@ else
     echo "no qtest at $QTEST_BIN" >"$WORK/qtest.out"; qtest_rc=127
 fi
 
+# The series' functional test (patch 0009), in QEMU's functional-test framework, which
+# needs pycotap from PyPI (a venv in the cache). It boots the project's stock kernel and
+# initramfs with a shell on the console; its own vfio-user stub runs in the test process.
+FUNC_DIR="$(dirname "$QEMU")/../libexec/ism-emu/functional"
+PYCOTAP_VERSION=1.3.1
+func_venv="$CACHE_DIR/tools/pycotap-$PYCOTAP_VERSION"
+func_rc=0
+if [ ! -f "$FUNC_DIR/s390x/test_ism_vfio_user.py" ]; then
+    echo "no functional test in $FUNC_DIR" >"$WORK/functional.out"; func_rc=127
+elif [ ! -f "$BUILD_DIR/kernel-$KERNEL/bzImage" ]; then
+    echo "no $BUILD_DIR/kernel-$KERNEL/bzImage" >"$WORK/functional.out"; func_rc=127
+else
+    if ! "$func_venv/bin/python" -c 'import pycotap' 2>/dev/null; then
+        step "pycotap $PYCOTAP_VERSION into $func_venv (for QEMU's functional tests)"
+        rm -rf "$func_venv"
+        logged "python3 -m venv" python3 -m venv "$func_venv"
+        logged "pip install pycotap" timeout 300 "$func_venv/bin/pip" install \
+            --disable-pip-version-check "pycotap==$PYCOTAP_VERSION"
+    fi
+    mkdir -p "$WORK/functional"
+    (cd "$WORK/functional" && QEMU_TEST_QEMU_BINARY="$QEMU" QEMU_BUILD_ROOT="$WORK/functional" \
+        QEMU_TEST_ISM_KERNEL="$BUILD_DIR/kernel-$KERNEL/bzImage" \
+        QEMU_TEST_ISM_INITRD="$BUILD_DIR/initramfs-$KERNEL.cpio.gz" \
+        QEMU_TEST_ISM_APPEND="ismtest.mods=none ismtest.shell=1" \
+        PYTHONPATH="$FUNC_DIR/python:$FUNC_DIR" \
+        timeout 300 "$func_venv/bin/python" "$FUNC_DIR/s390x/test_ism_vfio_user.py") \
+        >"$WORK/functional.out" 2>&1 || func_rc=$?
+fi
+
 pass=0 fail=0
 check() {   # check DESCRIPTION FILE FIXED-STRING
     if grep -qF -- "$3" "$2"; then echo "ok - $1"; pass=$((pass + 1))
@@ -228,6 +260,11 @@ else echo "not ok - qtest s390x-zpci-ism-test: status $qtest_rc"; tail -n 20 "$W
 for t in needs-pchid pchid-needs-ism refuses-other-targets virtual-range-pchid plain-function-unchanged properties; do
     check_re "qtest: $t" "$WORK/qtest.out" "^ok [0-9]+ /s390x/zpci/ism/$t\$"
 done
+# the series' functional test: it passes, and was not skipped
+if [ "$func_rc" = 0 ]; then echo "ok - functional test_ism_vfio_user: passed"; pass=$((pass + 1))
+else echo "not ok - functional test_ism_vfio_user: status $func_rc"; tail -n 20 "$WORK/functional.out"; fail=$((fail + 1)); fi
+check_re "functional: the ISM driver probed over vfio-user, checked from both sides" "$WORK/functional.out" \
+    "^ok 1 test_ism_vfio_user\.S390IsmVfioUser\.test_ism_driver_probe\$"
 # a server that goes away (vfio-user patch)
 D="$WORK/dead.console.log" DQ="$WORK/dead.qemu.log"
 if [ "$dead_rc" = 0 ]; then echo "ok - dead server: the guest ran on and powered off"; pass=$((pass + 1))
