@@ -16,7 +16,7 @@ export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
-	ci-smcd-check vng-check bench bench-guests experiment soak soak-short fuzz lint clean
+	ci-smcd-check vng-check bench bench-guests experiment soak soak-short fuzz faults lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -91,7 +91,7 @@ results-check: kernel
 readme-check: images emulator
 	scripts/readme-check.sh
 
-test: lint unit qemu-smoke e2e e2e-variants e2e-matrix results-check shell-check readme-check
+test: lint unit qemu-smoke e2e faults e2e-variants e2e-matrix results-check shell-check readme-check
 
 # README's two commands in a minimal Debian 12 root with an empty cache: proves that the
 # project's own files install everything they need (CI runs it: its `make test` is CI's).
@@ -130,6 +130,11 @@ bench-guests: images emulator
 # view of the DMBs, SMC-D against TCP (docs/experiment.md). Builds the kernels it compares.
 experiment: images emulator
 	scripts/experiment.sh
+
+# Fault injection against the unmodified guest stack (scripts/faults.sh, docs/faults.md):
+# each scenario's outcome asserted from both guests and the event stream.
+faults: images emulator
+	scripts/faults.sh
 
 # Soak with real guests (scripts/soak.sh, docs/soak.md): a guest killed and booted again
 # SOAK_ROUNDS times beside a streaming pair, SOAK_GUESTS guests streaming at once, the

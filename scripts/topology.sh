@@ -7,6 +7,7 @@ GUEST_TIMEOUT="${GUEST_TIMEOUT:-600}"
 
 _topo_pids=()
 EMU_PID=""
+EMU_EXTRA=()
 
 # topo_init RUN_DIR: a fresh folder for sockets, logs and the event stream.
 topo_init() {
@@ -44,10 +45,12 @@ check_artefacts() {
     done
 }
 
-# emu_start N: the emulator with N functions (sockets ism0..ism<N-1>.sock in RUN_DIR).
+# emu_start N: the emulator with N functions (sockets ism0..ism<N-1>.sock in RUN_DIR),
+# plus the arguments in the array EMU_EXTRA if set (e.g. --fault SPEC).
 emu_start() {
     local n="$1" i args=()
     for ((i = 0; i < n; i++)); do args+=(--socket "$RUN_DIR/ism$i.sock"); done
+    args+=("${EMU_EXTRA[@]}")
     RUST_LOG="${RUST_LOG:-info}" "$EMU_BIN" serve --chid "$CHID" "${args[@]}" \
         --control "$RUN_DIR/control.sock" --events "$RUN_DIR/events.jsonl" \
         >"$RUN_DIR/emulator.log" 2>&1 &

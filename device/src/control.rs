@@ -4,7 +4,10 @@
 //!
 //! Protocol: the client sends one line, `snapshot` or `follow`. A snapshot is answered
 //! with one JSON document ([`Snapshot`]) and the connection closes; `follow` streams event
-//! lines until either side goes away.
+//! lines until either side goes away. `fault add SPEC`, `fault list` and
+//! `fault clear [ID]` manage injected faults (crate::fault), each answered with one JSON
+//! line: `{"ok":...}` or `{"error":"..."}`. The socket is its user's only (mode 0600), so
+//! whoever may inject faults may also stop the emulator.
 //!
 //! Limits, so that no local client can grow the emulator: at most `MAX_CLIENTS` served
 //! at once (more are closed at once), a request line of at most `MAX_LINE` bytes within
@@ -18,14 +21,15 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::fabric::Fabric;
+use crate::fabric::{Fabric, FaultAdded};
+use crate::fault::FaultSpec;
 use crate::observer::report::Snapshot;
 use crate::observer::Observer;
 
 /// Control clients served at once.
 pub const MAX_CLIENTS: usize = 16;
-/// The longest request line (`snapshot`, `follow`).
-pub const MAX_LINE: usize = 64;
+/// The longest request line (`snapshot`, `follow`, `fault add SPEC`).
+pub const MAX_LINE: usize = 256;
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(5);
 /// How often a follower with no events to send is checked for having left.
@@ -140,12 +144,39 @@ impl Control {
                     }
                 }
             }
-            other => {
-                let _ = writeln!(
-                    stream,
-                    "{{\"error\":\"unknown request {other:?}; use snapshot or follow\"}}"
-                );
+            line if line == "fault" || line.starts_with("fault ") => {
+                let answer = self.fault_request(line["fault".len()..].trim());
+                let _ = writeln!(stream, "{answer}");
             }
+            other => {
+                let answer = serde_json::json!({
+                    "error": format!("unknown request {other:?}; use snapshot, follow or fault")
+                });
+                let _ = writeln!(stream, "{answer}");
+            }
+        }
+    }
+
+    /// `fault add SPEC`, `fault list`, `fault clear [ID]`: the answer line.
+    pub fn fault_request(&self, args: &str) -> serde_json::Value {
+        use serde_json::json;
+        let (verb, rest) = args.split_once(' ').unwrap_or((args, ""));
+        let rest = rest.trim();
+        match verb {
+            "add" => match FaultSpec::parse(rest).and_then(|spec| self.fabric.add_fault(spec)) {
+                Ok(FaultAdded::Rule(id)) => json!({"ok": "rule", "id": id}),
+                Ok(FaultAdded::Done) => json!({"ok": "done"}),
+                Err(e) => json!({"error": e.to_string()}),
+            },
+            "list" => json!({"ok": "list", "faults": self.fabric.faults()}),
+            "clear" if rest.is_empty() => {
+                json!({"ok": "cleared", "removed": self.fabric.clear_faults(None)})
+            }
+            "clear" => match rest.parse::<u32>() {
+                Ok(id) => json!({"ok": "cleared", "removed": self.fabric.clear_faults(Some(id))}),
+                Err(_) => json!({"error": format!("not a rule id: {rest:?}")}),
+            },
+            _ => json!({"error": "use fault add SPEC, fault list or fault clear [ID]"}),
         }
     }
 

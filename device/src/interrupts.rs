@@ -138,6 +138,19 @@ impl Interrupts {
         }
     }
 
+    /// A second handle on the vector's eventfd, to raise it later (a delayed interrupt);
+    /// `None` when the guest has not enabled one.
+    pub fn trigger(&self) -> Option<File> {
+        let fd = self.msi.as_ref().or(self.msix.as_ref())?;
+        match fd.try_clone() {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                log::warn!("interrupt eventfd: {e}");
+                None
+            }
+        }
+    }
+
     pub fn enabled(&self) -> bool {
         self.msi.is_some() || self.msix.is_some()
     }

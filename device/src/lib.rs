@@ -10,6 +10,7 @@
 //! - [`pci`]: configuration space and the BAR table;
 //! - [`dmb`]: a registered DMB and the clock, shared by fabric and observer;
 //! - [`ism`]: commands and their wire format, data-move addresses, status block, events;
+//! - [`fault`]: fault injection rules (the fabric asks them at its hooks);
 //! - [`dma`]: a guest's IOVA space over its shared RAM;
 //! - [`interrupts`]: the one MSI/MSI-X vector;
 //! - [`ratelimit`]: keeps guest-triggered log lines from flooding the host's log; budgets.
@@ -20,6 +21,7 @@ pub mod control;
 pub mod dma;
 pub mod dmb;
 pub mod fabric;
+pub mod fault;
 pub mod interrupts;
 pub mod ism;
 pub mod observer;

@@ -1,5 +1,6 @@
 //! `ism-emu serve`: run the emulated ISM functions of one machine.
 //! `ism-emu observe`: look at a running emulator from the host.
+//! `ism-emu fault`: make a running emulator fail on purpose.
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -12,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 use ism_emu::default_gid;
 use ism_emu::fabric::Fabric;
+use ism_emu::fault::FaultSpec;
 use ism_emu::observer::report::{ConnsTable, DmbsTable, FunctionsTable, Snapshot, Verdict};
 use ism_emu::observer::Observer;
 use ism_emu::server::{self, ServeError};
@@ -43,6 +45,17 @@ enum Cmd {
         /// Append the event stream (JSON lines) to this file.
         #[arg(long)]
         events: Option<PathBuf>,
+        /// A fault rule in force from the start (repeatable); grammar in docs/faults.md,
+        /// e.g. `cmd=reg_dmb@ism1,rc=0x6,next=1` or `move@ism0,every=50`.
+        #[arg(long = "fault", value_parser = parse_fault)]
+        faults: Vec<FaultSpec>,
+    },
+    /// Inject faults into a running emulator through its control socket.
+    Fault {
+        #[arg(long, default_value = "/tmp/ism-emu.ctl")]
+        control: PathBuf,
+        #[command(subcommand)]
+        what: FaultCmd,
     },
     /// Query a running emulator through its control socket.
     Observe {
@@ -67,6 +80,23 @@ enum Observe {
     Follow,
     /// The raw snapshot as JSON.
     Json,
+}
+
+#[derive(Subcommand, Clone)]
+enum FaultCmd {
+    /// Put a rule in force (or carry out an action such as gid-disabled); prints its id.
+    Add {
+        /// The fault, e.g. `cmd=reg_dmb@ism1,rc=0x6,next=1` (docs/faults.md).
+        spec: String,
+    },
+    /// The rules in force, with how often each matched and fired.
+    List,
+    /// Remove one rule, or all.
+    Clear { id: Option<u32> },
+}
+
+fn parse_fault(s: &str) -> Result<FaultSpec, String> {
+    FaultSpec::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_chid(s: &str) -> Result<u16, String> {
@@ -106,6 +136,16 @@ enum CliError {
     Io(#[from] std::io::Error),
     #[error("bad snapshot")]
     BadSnapshot(#[source] serde_json::Error),
+    #[error("bad answer from the emulator: {0:?}")]
+    BadAnswer(String),
+    #[error("the emulator refused: {0}")]
+    Refused(String),
+    #[error("fault {spec}")]
+    FaultAtStart {
+        spec: String,
+        #[source]
+        source: ism_emu::fault::FaultSpecError,
+    },
 }
 
 fn main() -> ExitCode {
@@ -125,8 +165,10 @@ fn main() -> ExitCode {
             sockets,
             control,
             events,
-        } => serve(chid, sockets, control, events),
+            faults,
+        } => serve(chid, sockets, control, events, faults),
         Cmd::Observe { control, what } => observe(&control, what),
+        Cmd::Fault { control, what } => fault(&control, what),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -148,6 +190,7 @@ fn serve(
     sockets: Vec<PathBuf>,
     control: Option<PathBuf>,
     events: Option<PathBuf>,
+    faults: Vec<FaultSpec>,
 ) -> Result<(), CliError> {
     // Every socket and file the emulator creates is its user's only.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
@@ -166,6 +209,12 @@ fn serve(
         .collect();
     let observer = Arc::new(Observer::new(file));
     let fabric = Arc::new(Fabric::new(chid, functions, observer.clone()));
+    for spec in faults {
+        let text = spec.to_string();
+        fabric
+            .add_fault_at_start(spec)
+            .map_err(|source| CliError::FaultAtStart { spec: text, source })?;
+    }
     log::info!("fabric CHID {chid:#06x} with {} function(s)", sockets.len());
     server::run(fabric, observer, &sockets, control.as_deref())?;
     Ok(())
@@ -203,6 +252,52 @@ fn observe(control: &Path, what: Observe) -> Result<(), CliError> {
             Verdict(&snap)
         ),
         Observe::Follow => {}
+    }
+    Ok(())
+}
+
+fn fault(control: &Path, what: FaultCmd) -> Result<(), CliError> {
+    let request_line = match &what {
+        FaultCmd::Add { spec } => format!("fault add {spec}"),
+        FaultCmd::List => "fault list".to_string(),
+        FaultCmd::Clear { id: Some(id) } => format!("fault clear {id}"),
+        FaultCmd::Clear { id: None } => "fault clear".to_string(),
+    };
+    let mut line = String::new();
+    BufReader::new(request(control, &request_line)?).read_line(&mut line)?;
+    let answer: serde_json::Value =
+        serde_json::from_str(&line).map_err(|_| CliError::BadAnswer(line.clone()))?;
+    if let Some(error) = answer.get("error").and_then(|e| e.as_str()) {
+        return Err(CliError::Refused(error.to_string()));
+    }
+    match what {
+        FaultCmd::Add { .. } => match answer.get("id") {
+            Some(id) => println!("rule {id}"),
+            None => println!("done"),
+        },
+        FaultCmd::List => {
+            let rules = answer.get("faults").and_then(|f| f.as_array());
+            let rules = rules.ok_or_else(|| CliError::BadAnswer(line.clone()))?;
+            println!(
+                "{:>4} {:>8} {:>8} {:>5}  spec",
+                "rule", "seen", "fired", "spent"
+            );
+            for r in rules {
+                println!(
+                    "{:>4} {:>8} {:>8} {:>5}  {}",
+                    r["id"],
+                    r["seen"],
+                    r["fired"],
+                    if r["spent"].as_bool() == Some(true) {
+                        "yes"
+                    } else {
+                        "no"
+                    },
+                    r["spec"].as_str().unwrap_or("?")
+                );
+            }
+        }
+        FaultCmd::Clear { .. } => println!("removed {}", answer["removed"]),
     }
     Ok(())
 }

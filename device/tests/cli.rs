@@ -195,6 +195,83 @@ fn chid_zero_and_reserved_chids_are_refused() {
 }
 
 #[test]
+fn faults_are_added_listed_reported_and_cleared_through_the_control_socket() {
+    let (dir, _child, ctl) = serving();
+    let ctl = ctl.to_str().unwrap();
+    let events = dir.as_path().join("events");
+    let follow = Running::spawn(
+        Command::new(BIN)
+            .args(["observe", "--control", ctl, "follow"])
+            .stdout(std::fs::File::create(&events).unwrap()),
+    );
+    let fault = |args: &[&str]| {
+        let mut all = vec!["fault", "--control", ctl];
+        all.extend_from_slice(args);
+        run(&all)
+    };
+    let out = fault(&["add", "cmd=reg_dmb@ism1,rc=6,next=1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "rule 1\n");
+    let out = fault(&["add", "move@ism7"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no function named \"ism7\""), "{stderr}");
+    let out = fault(&["add", "frobnicate"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown fault"));
+    let out = fault(&["list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cmd=reg_dmb@ism1,rc=0x0006,next=1"), "{text}");
+    assert_eq!(text.lines().count(), 2, "{text}");
+    let out = fault(&["clear"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "removed 1\n");
+    // An action: the event goes out at once and is reported on the stream (again until
+    // the follower, started above, is seen to be connected).
+    let start = Instant::now();
+    let seen = loop {
+        let out = fault(&["add", "gid-disabled@ism0,peer=ism1"]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+        std::thread::sleep(Duration::from_millis(100));
+        let text = std::fs::read_to_string(&events).unwrap();
+        if text.contains("fault_injected") || start.elapsed() > PATIENCE {
+            break text;
+        }
+    };
+    drop(follow);
+    let line = seen.lines().find(|l| l.contains("fault_injected")).unwrap();
+    let event: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(event["function"], "ism0");
+    assert_eq!(event["rule"], 0);
+    assert_eq!(event["fault"], "gid-disabled@ism0,peer=ism1");
+}
+
+#[test]
+fn serve_refuses_a_bad_fault_and_an_action_at_start() {
+    let dir = tempdir();
+    let socket = dir.as_path().join("a.sock");
+    for (spec, why) in [
+        ("move,every=0", "must be at least 1"),
+        ("gid-disabled@ism0,peer=0x5", "an action, not a rule"),
+        ("irq-drop@ism3", "no function named"),
+    ] {
+        let out = run(&[
+            "serve",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--fault",
+            spec,
+        ]);
+        assert!(!out.status.success(), "{spec} accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(why), "{spec}: {stderr}");
+        assert!(!socket.exists(), "{spec}: socket bound");
+    }
+}
+
+#[test]
 fn observe_without_emulator_says_how_to_start_one() {
     let out = run(&["observe", "--control", "/nonexistent/ctl", "summary"]);
     assert!(!out.status.success());

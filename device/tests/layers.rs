@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["control", "backend"],
     &["fabric"],
     &["observer"],
-    &["pci", "dmb"],
+    &["pci", "dmb", "fault"],
     &["ism"],
     &["dma", "interrupts"],
     &["ratelimit"],

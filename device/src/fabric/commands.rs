@@ -19,7 +19,10 @@ impl Fabric {
         let mut st = self.lock();
         let st = &mut *st;
         st.functions[id].counters.commands += 1;
-        let result = self.execute_locked(st, id, cmd);
+        let result = match self.command_fault(st, id, cmd.opcode()) {
+            Some((ret, rule)) => Err(CommandError::Injected { ret, rule }),
+            None => self.execute_locked(st, id, cmd),
+        };
         if result.is_err() {
             st.functions[id].counters.command_errors += 1;
         }

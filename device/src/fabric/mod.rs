@@ -7,19 +7,26 @@
 //! nothing else above it. Commands are in `commands`, data moves in `moves`.
 
 mod commands;
+mod faults;
 mod moves;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use crate::dma::{DmaError, DmaSpace};
 use crate::dmb::{now_us, Dmb, FunctionId};
+use crate::fault::FaultPlan;
 use crate::interrupts::{Interrupts, IrqError};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::observer::report::{Counters, FunctionView};
 use crate::observer::EventSink;
-use crate::ratelimit::Budget;
+use crate::ratelimit::{Budget, RateLimit};
 
+pub use faults::FaultAdded;
 pub use moves::{HeldFailures, MoveError, Stored, HELD_TOKENS};
 
 /// One function's device state, as far as other functions can see it.
@@ -139,11 +146,22 @@ pub struct Fabric {
     chid: u16,
     state: Mutex<FabricState>,
     events: Arc<dyn EventSink>,
+    /// Name and GID of each function, fixed: read without the lock.
+    identities: Vec<(String, u64)>,
+    /// Injected faults (`faults`). Taken after `state` when both are held.
+    faults: Mutex<FaultPlan>,
+    /// Whether `faults` holds any rule: the hot paths skip it otherwise.
+    faults_on: AtomicBool,
+    /// Keeps a fault that fires on every move from logging a line per move.
+    fault_log: Mutex<RateLimit>,
+    /// Interrupts an `irq-delay` fault holds back, to the thread that raises them later.
+    irq_delay: Mutex<Option<SyncSender<(Instant, File)>>>,
 }
 
 impl Fabric {
     /// A fabric of the given `(name, gid)` functions; a function's id is its position.
     pub fn new(chid: u16, functions: Vec<(String, u64)>, events: Arc<dyn EventSink>) -> Self {
+        let identities = functions.clone();
         let functions = functions
             .into_iter()
             .map(|(name, gid)| FunctionState::new(name, gid))
@@ -156,6 +174,11 @@ impl Fabric {
                 next_token: 1,
             }),
             events,
+            identities,
+            faults: Mutex::new(FaultPlan::default()),
+            faults_on: AtomicBool::new(false),
+            fault_log: Mutex::new(RateLimit::default()),
+            irq_delay: Mutex::new(None),
         }
     }
 
@@ -173,8 +196,7 @@ impl Fabric {
 
     /// Name and GID of function `id`; fixed for the fabric's life.
     pub fn identity(&self, id: FunctionId) -> (String, u64) {
-        let st = self.lock();
-        (st.functions[id].name.clone(), st.functions[id].gid)
+        self.identities[id].clone()
     }
 
     /// Every function as the snapshot shows it.

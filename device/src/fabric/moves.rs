@@ -42,6 +42,9 @@ pub enum MoveError {
     /// without the signal (and so, perhaps posted, could not be answered).
     #[error("an earlier move into DMB {token:#x} failed: {cause}")]
     Held { token: u64, cause: String },
+    /// A fault injected by the host (`ism-emu fault`).
+    #[error("move to DMB {token:#x} rejected by injected fault (rule {rule})")]
+    Injected { token: u64, rule: u32 },
 }
 
 /// What became of a move the device accepted from the transport.
@@ -157,6 +160,7 @@ impl Fabric {
         data: &[u8],
         held_for: Option<u64>,
     ) -> Result<(), MoveError> {
+        self.delay_move(sender);
         let started = Instant::now();
         let mut reuse = None;
         loop {
@@ -168,6 +172,13 @@ impl Fabric {
             });
             let result = match held {
                 Some(e) => Err(e),
+                None if reuse.is_none() => {
+                    let token = MoveAddress::decode(window_offset).token;
+                    match self.move_fault(sender, token) {
+                        Some(rule) => Err(MoveError::Injected { token, rule }),
+                        None => self.move_locked(st, sender, window_offset, data, &mut reuse),
+                    }
+                }
                 None => self.move_locked(st, sender, window_offset, data, &mut reuse),
             };
             let counters = &mut st.functions[sender].counters;
@@ -263,7 +274,7 @@ impl Fabric {
             owner.counters.signals_in += 1;
             match owner.sba {
                 Some(sba) => match sba.signal_dmb(&owner.dma, dmb.sba_idx, addr.dmbe) {
-                    Ok(()) => owner.interrupt(),
+                    Ok(()) => self.signal_interrupt(dmb.owner, owner, dmb.token),
                     Err(e) => log::warn!(
                         "{}: signal for token {:#x} lost: SBA {e}",
                         owner.name,

@@ -60,6 +60,29 @@ pub enum Command {
     UnregIeq,
 }
 
+impl Command {
+    /// The opcode this command was decoded from.
+    pub fn opcode(&self) -> u32 {
+        use opcode::*;
+        match self {
+            Command::RegSba { .. } => REG_SBA,
+            Command::RegIeq { .. } => REG_IEQ,
+            Command::ReadGid => READ_GID,
+            Command::AddVlanId(_) => ADD_VLAN_ID,
+            Command::DelVlanId(_) => DEL_VLAN_ID,
+            Command::SetVlan => SET_VLAN,
+            Command::ResetVlan => RESET_VLAN,
+            Command::QueryInfo => QUERY_INFO,
+            Command::QueryRgid { .. } => QUERY_RGID,
+            Command::RegDmb(_) => REG_DMB,
+            Command::UnregDmb { .. } => UNREG_DMB,
+            Command::SignalIeq { .. } => SIGNAL_IEQ,
+            Command::UnregSba => UNREG_SBA,
+            Command::UnregIeq => UNREG_IEQ,
+        }
+    }
+}
+
 /// Why a command failed. Each maps to the `ret` the guest sees (see `ret`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {
@@ -89,6 +112,9 @@ pub enum CommandError {
     NotRegistered,
     #[error("too many SIGNAL_IEQs from this function")]
     RateLimited,
+    /// A fault injected by the host (`ism-emu fault`), answered with the rule's code.
+    #[error("injected fault (rule {rule}): ret {ret:#06x}")]
+    Injected { ret: u16, rule: u32 },
 }
 
 /// The driver's generic error value. UNREG_* answered with it still frees guest memory,
@@ -110,6 +136,7 @@ impl CommandError {
             CommandError::VlanTableFull => 0x0008,
             CommandError::RateLimited => 0x0009,
             CommandError::UnknownToken(_) | CommandError::NotRegistered => ISM_ERROR,
+            CommandError::Injected { ret, .. } => *ret,
         }
     }
 }

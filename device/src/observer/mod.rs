@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::dmb::{now_us, Dmb};
+use crate::fault::Fired;
 use crate::ism::MoveAddress;
 pub use dmb_life::{DmbLife, DmbSummary, ReuseCheck, ZeroScan, ZeroWatch};
 use json::{hex, hex_opt};
@@ -100,6 +101,12 @@ pub enum What {
     /// The `--events` file reached its size limit: nothing more is written to it.
     EventFileFull {
         limit_bytes: u64,
+    },
+    /// A fault the host asked for (`ism-emu fault`) fired: `rule` 0 for an action.
+    FaultInjected {
+        rule: u32,
+        fault: String,
+        detail: String,
     },
 }
 
@@ -416,6 +423,8 @@ pub trait EventSink: Send + Sync {
     fn zero_watch(&self) -> Vec<ZeroWatch>;
     /// What the watcher found; returns how many DMBs are still watched.
     fn zero_scanned(&self, results: &[(u64, ZeroScan)]) -> usize;
+    /// An injected fault fired at `function` (about DMB `token`, if one).
+    fn fault_injected(&self, function: &str, gid: u64, token: Option<u64>, fired: &Fired);
 }
 
 impl EventSink for Observer {
@@ -474,6 +483,20 @@ impl EventSink for Observer {
         let (events, pending) = self.tracker().zero_scanned(results);
         self.emit_all(events);
         pending
+    }
+
+    fn fault_injected(&self, function: &str, gid: u64, token: Option<u64>, fired: &Fired) {
+        let what = What::FaultInjected {
+            rule: fired.rule,
+            fault: fired.spec.clone(),
+            detail: fired.detail.clone(),
+        };
+        self.emit(ObservedEvent {
+            function: function.to_string(),
+            gid,
+            token,
+            what,
+        });
     }
 }
 

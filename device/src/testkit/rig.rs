@@ -8,6 +8,7 @@ use zerocopy::FromBytes;
 
 use crate::dmb::{Dmb, FunctionId};
 use crate::fabric::Fabric;
+use crate::fault::Fired;
 use crate::ism::command::{self, Command, CommandError, DmbRequest, Response};
 use crate::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN, IEQ_LEN};
 use crate::ism::wire::Request;
@@ -83,6 +84,12 @@ impl EventSink for Recorder {
             self.push(format!("zero {token:#x}: {scan:?}"));
         }
         results.len()
+    }
+    fn fault_injected(&self, function: &str, _gid: u64, _token: Option<u64>, fired: &Fired) {
+        self.push(format!(
+            "fault {} at {function}: {}",
+            fired.rule, fired.detail
+        ));
     }
 }
 

@@ -1,0 +1,433 @@
+//! The fabric's side of fault injection: adding and clearing rules, the hooks that ask the
+//! plan (commands, moves, interrupts) and the actions that act at once (a GID-disabled
+//! event). The rules themselves are in [`crate::fault`].
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{sync_channel, TrySendError};
+use std::time::Instant;
+
+use crate::dmb::{now_us, FunctionId};
+use crate::fault::{
+    FaultKind, FaultPlan, FaultSpec, FaultSpecError, Fired, IrqFault, Peer, RuleView,
+};
+use crate::ism::status::{gid_code, Event, EventType};
+
+use super::{Fabric, FabricState, FunctionState};
+
+/// Interrupts held back at once by `irq-delay`; beyond that they go out at once.
+const DELAYED_IRQS: usize = 1024;
+
+/// What adding a fault did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FaultAdded {
+    /// A rule, in force from now on, with this id.
+    Rule(u32),
+    /// An action, done.
+    Done,
+}
+
+impl Fabric {
+    fn function_named(&self, name: &str) -> Result<FunctionId, FaultSpecError> {
+        self.identities
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| FaultSpecError::NoSuchFunction(name.to_string()))
+    }
+
+    /// Puts a fault in force (a rule) or carries it out (an action).
+    pub fn add_fault(&self, spec: FaultSpec) -> Result<FaultAdded, FaultSpecError> {
+        let receiver = spec
+            .function
+            .as_deref()
+            .map(|f| self.function_named(f))
+            .transpose()?;
+        if let FaultKind::GidDisabled(peer) = &spec.kind {
+            let peer_gid = match peer {
+                Peer::Function(name) => self.identities[self.function_named(name)?].1,
+                Peer::Gid(gid) => *gid,
+            };
+            let receiver = receiver.ok_or(FaultSpecError::NoReceiver)?;
+            self.inject_gid_disabled(receiver, peer_gid, &spec);
+            return Ok(FaultAdded::Done);
+        }
+        let text = spec.to_string();
+        let mut plan = self.plan();
+        let id = plan.add(spec).ok_or(FaultSpecError::TooManyRules)?;
+        self.faults_on.store(true, Ordering::SeqCst);
+        log::info!("fault rule {id} in force: {text}");
+        Ok(FaultAdded::Rule(id))
+    }
+
+    /// Like [`Fabric::add_fault`] at start-up, where an action has nobody to act on yet.
+    pub fn add_fault_at_start(&self, spec: FaultSpec) -> Result<u32, FaultSpecError> {
+        if spec.is_action() {
+            return Err(FaultSpecError::ActionAtStart);
+        }
+        match self.add_fault(spec)? {
+            FaultAdded::Rule(id) => Ok(id),
+            FaultAdded::Done => Err(FaultSpecError::ActionAtStart),
+        }
+    }
+
+    /// Removes rule `id`, or all rules; returns how many went.
+    pub fn clear_faults(&self, id: Option<u32>) -> usize {
+        let mut plan = self.plan();
+        let removed = plan.clear(id);
+        self.faults_on.store(!plan.is_empty(), Ordering::SeqCst);
+        if removed > 0 {
+            log::info!("{removed} fault rule(s) cleared");
+        }
+        removed
+    }
+
+    pub fn faults(&self) -> Vec<RuleView> {
+        self.plan().list()
+    }
+
+    fn plan(&self) -> std::sync::MutexGuard<'_, FaultPlan> {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks the plan, if it has rules at all.
+    fn ask<T>(&self, question: impl FnOnce(&mut FaultPlan) -> Option<T>) -> Option<T> {
+        if !self.faults_on.load(Ordering::Relaxed) {
+            return None;
+        }
+        question(&mut self.plan())
+    }
+
+    /// Logs (within a rate) and reports a fault that fired.
+    fn report(&self, id: FunctionId, token: Option<u64>, fired: &Fired) {
+        let (name, gid) = &self.identities[id];
+        let mut limit = self.fault_log.lock().unwrap_or_else(|p| p.into_inner());
+        if limit.allow(Instant::now(), |n| {
+            log::info!("{n} more injected faults not logged")
+        }) {
+            log::info!(
+                "{name} (gid {gid:#018x}): fault rule {} ({}): {}",
+                fired.rule,
+                fired.spec,
+                fired.detail
+            );
+        }
+        drop(limit);
+        self.events.fault_injected(name, *gid, token, fired);
+    }
+
+    /// The return code to fail a command of `id` with, if a fault says so.
+    pub(super) fn command_fault(
+        &self,
+        st: &FabricState,
+        id: FunctionId,
+        opcode: u32,
+    ) -> Option<(u16, u32)> {
+        let owned = st.dmbs_owned_by(id);
+        let (ret, fired) = self.ask(|plan| plan.command(&self.identities[id].0, opcode, owned))?;
+        self.report(id, None, &fired);
+        Some((ret, fired.rule))
+    }
+
+    /// Whether a fault rejects a move by `sender` to `token`: the rule's id.
+    pub(super) fn move_fault(&self, sender: FunctionId, token: u64) -> Option<u32> {
+        let fired = self.ask(|plan| plan.reject_move(&self.identities[sender].0, token))?;
+        self.report(sender, Some(token), &fired);
+        Some(fired.rule)
+    }
+
+    /// Holds a move by `sender` back as a fault says (a slow device). Called without the
+    /// fabric's lock: the wait is the sender's own thread's.
+    pub(super) fn delay_move(&self, sender: FunctionId) {
+        if let Some((delay, fired)) = self.ask(|plan| plan.move_delay(&self.identities[sender].0)) {
+            self.report(sender, None, &fired);
+            std::thread::sleep(delay);
+        }
+    }
+
+    /// Raises `owner`'s interrupt for a signalling move into `token`, unless a fault drops
+    /// or delays it.
+    pub(super) fn signal_interrupt(
+        &self,
+        owner_id: FunctionId,
+        owner: &mut FunctionState,
+        token: u64,
+    ) {
+        match self.ask(|plan| plan.irq(&owner.name, token)) {
+            None => owner.interrupt(),
+            Some(IrqFault::Drop(fired)) => self.report(owner_id, Some(token), &fired),
+            Some(IrqFault::Delay(delay, fired)) => {
+                self.report(owner_id, Some(token), &fired);
+                // Without a vector nothing would have gone out now either.
+                if let Some(fd) = owner.irq.trigger() {
+                    owner.counters.interrupts += 1;
+                    self.raise_later(Instant::now() + delay, fd);
+                }
+            }
+        }
+    }
+
+    /// Hands an interrupt to the delay thread (started on first use).
+    fn raise_later(&self, due: Instant, fd: File) {
+        let mut slot = self.irq_delay.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            let (tx, rx) = sync_channel::<(Instant, File)>(DELAYED_IRQS);
+            let spawned = std::thread::Builder::new()
+                .name("irq-delay".into())
+                .spawn(move || {
+                    // Delays are equal per rule, so the queue is close to due order.
+                    for (due, mut fd) in rx {
+                        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                            std::thread::sleep(wait);
+                        }
+                        if let Err(e) = fd.write_all(&1u64.to_ne_bytes()) {
+                            log::warn!("delayed interrupt lost: {e}");
+                        }
+                    }
+                });
+            match spawned {
+                Ok(_) => *slot = Some(tx),
+                Err(e) => log::warn!("irq-delay thread: {e}; interrupts go out at once"),
+            }
+        }
+        let unsent = match slot.as_ref() {
+            Some(tx) => match tx.try_send((due, fd)) {
+                Ok(()) => None,
+                Err(TrySendError::Full((_, fd)) | TrySendError::Disconnected((_, fd))) => Some(fd),
+            },
+            None => Some(fd),
+        };
+        if let Some(mut fd) = unsent {
+            log::warn!("{DELAYED_IRQS} interrupts already delayed: this one goes out now");
+            let _ = fd.write_all(&1u64.to_ne_bytes());
+        }
+    }
+
+    /// Queues a GID-disabled event for `peer_gid` at `receiver`, as if that peer had gone,
+    /// while it may well still be there.
+    fn inject_gid_disabled(&self, receiver: FunctionId, peer_gid: u64, spec: &FaultSpec) {
+        let event = Event {
+            kind: EventType::Gid,
+            code: gid_code::GID_DISABLED,
+            tok: peer_gid,
+            time: now_us(),
+            info: 0,
+        };
+        self.lock().functions[receiver].post_event(&event, true);
+        let fired = Fired {
+            rule: 0,
+            spec: spec.to_string(),
+            detail: format!("GID-disabled event for {peer_gid:#018x} queued"),
+        };
+        self.report(receiver, None, &fired);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::time::Duration;
+
+    use nix::sys::eventfd::{EfdFlags, EventFd};
+    use vfio_bindings::bindings::vfio::{
+        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_MSI_IRQ_INDEX,
+    };
+
+    use super::*;
+    use crate::fabric::{MoveError, Stored};
+    use crate::ism::command::{Command, CommandError};
+    use crate::ism::MoveAddress;
+    use crate::testkit::rig::Rig;
+
+    fn add(rig: &Rig, text: &str) -> FaultAdded {
+        rig.fabric
+            .add_fault(FaultSpec::parse(text).unwrap())
+            .unwrap()
+    }
+
+    fn window(token: u64, signal: bool) -> u64 {
+        MoveAddress {
+            token,
+            dmbe: 0,
+            signal,
+            offset: 0,
+        }
+        .encode()
+    }
+
+    /// Gives function `id` an MSI vector; returns its eventfd.
+    fn msi(rig: &Rig, id: FunctionId) -> EventFd {
+        let efd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).unwrap();
+        let file = File::from(efd.as_fd().try_clone_to_owned().unwrap());
+        let flags = VFIO_IRQ_SET_ACTION_TRIGGER | VFIO_IRQ_SET_DATA_EVENTFD;
+        rig.fabric
+            .set_irqs(id, VFIO_PCI_MSI_IRQ_INDEX, flags, 0, 1, vec![file])
+            .unwrap();
+        efd
+    }
+
+    #[test]
+    fn a_command_fault_answers_its_code_once_and_is_reported() {
+        let rig = Rig::new(2);
+        assert_eq!(
+            add(&rig, "cmd=reg_dmb@ism1,rc=0x6,next=1"),
+            FaultAdded::Rule(1)
+        );
+        let err = rig.try_reg_dmb(1, rig.gid(0), 16384, 32).unwrap_err();
+        assert_eq!(err, CommandError::Injected { ret: 6, rule: 1 });
+        assert_eq!(err.ret(), 6);
+        assert_eq!(
+            rig.sink.last(),
+            "fault 1 at ism1: REG_DMB failed with ret 0x0006"
+        );
+        assert_eq!(rig.fabric.lock().functions[1].counters.command_errors, 1);
+        rig.reg_dmb(1, rig.gid(0), 32);
+        rig.reg_dmb(0, rig.gid(1), 32);
+        let list = rig.fabric.faults();
+        assert_eq!((list[0].seen, list[0].fired, list[0].spent), (1, 1, true));
+    }
+
+    #[test]
+    fn rgid_unknown_and_dmb_limit_fail_only_their_commands() {
+        let rig = Rig::new(2);
+        add(&rig, "rgid-unknown@ism0");
+        add(&rig, "dmb-limit@ism0,max=1");
+        let query = Command::QueryRgid {
+            rgid: rig.gid(1),
+            vlan_valid: 0,
+            vlan_id: 0,
+        };
+        let err = rig.fabric.execute(0, query).unwrap_err();
+        assert_eq!(err.ret(), 0x0007);
+        assert!(rig.fabric.execute(1, query).is_ok(), "ism1 is not faulted");
+        rig.reg_dmb(0, rig.gid(1), 32);
+        let err = rig.try_reg_dmb(0, rig.gid(1), 16384, 33).unwrap_err();
+        assert_eq!(err, CommandError::Injected { ret: 6, rule: 2 });
+        assert_eq!(rig.fabric.lock().dmbs.len(), 1);
+    }
+
+    #[test]
+    fn a_rejected_move_writes_nothing_and_a_posted_one_is_held() {
+        let rig = Rig::new(2);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        add(&rig, &format!("move@ism0,token={token:#x},next=2"));
+        let err = rig
+            .fabric
+            .move_data(0, window(token, true), b"abc")
+            .unwrap_err();
+        assert!(matches!(err, MoveError::Injected { rule: 1, .. }), "{err}");
+        assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), [0, 0, 0]);
+        // Without the signal (posted by QEMU): held, and the next signal fails.
+        let stored = rig
+            .fabric
+            .store_move(0, window(token, false), b"abc")
+            .unwrap();
+        assert!(matches!(stored, Stored::Held(MoveError::Injected { .. })));
+        let held = rig
+            .fabric
+            .store_move(0, window(token, true), b"x")
+            .unwrap_err();
+        assert!(matches!(held, MoveError::Held { .. }), "{held}");
+        // The rule is spent: moves land again.
+        rig.fabric
+            .move_data(0, window(token, true), b"abc")
+            .unwrap();
+        assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), b"abc");
+        let faults = rig.sink.calls();
+        let faults: Vec<_> = faults.iter().filter(|c| c.starts_with("fault")).collect();
+        assert_eq!(faults.len(), 2, "{faults:?}");
+    }
+
+    #[test]
+    fn a_dropped_interrupt_is_not_raised_but_the_data_and_sba_bits_land() {
+        let rig = Rig::new(2);
+        let efd = msi(&rig, 1);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        add(&rig, "irq-drop@ism1,next=1");
+        rig.fabric
+            .move_data(0, window(token, true), b"abc")
+            .unwrap();
+        assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), b"abc");
+        assert!(efd.read().is_err(), "no interrupt");
+        rig.fabric
+            .move_data(0, window(token, true), b"def")
+            .unwrap();
+        assert_eq!(efd.read().unwrap(), 1, "the next one goes out");
+    }
+
+    #[test]
+    fn a_delayed_interrupt_comes_later() {
+        let rig = Rig::new(2);
+        let efd = msi(&rig, 1);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        add(&rig, "irq-delay@ism1,us=100000");
+        rig.fabric
+            .move_data(0, window(token, true), b"abc")
+            .unwrap();
+        assert!(efd.read().is_err(), "not yet");
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(efd.read().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_delayed_move_waits_without_the_lock() {
+        let rig = Rig::new(2);
+        let token = rig.reg_dmb(1, rig.gid(0), 32);
+        add(&rig, "move-delay@ism0,us=200000");
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                rig.fabric
+                    .move_data(0, window(token, true), b"abc")
+                    .unwrap()
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            // The fabric stays usable meanwhile.
+            let locked = Instant::now();
+            drop(rig.fabric.lock());
+            assert!(locked.elapsed() < Duration::from_millis(100));
+        });
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), b"abc");
+    }
+
+    #[test]
+    fn gid_disabled_is_queued_at_once_for_a_peer_still_there() {
+        let rig = Rig::new(2);
+        assert_eq!(add(&rig, "gid-disabled@ism0,peer=ism1"), FaultAdded::Done);
+        let (idx, entry) = rig.ieq(0, 0);
+        assert_eq!(idx, 1);
+        assert_eq!(entry.kind.get(), EventType::Gid as u32);
+        assert_eq!(entry.code.get(), gid_code::GID_DISABLED);
+        assert_eq!(entry.tok.get(), rig.gid(1));
+        assert!(
+            rig.fabric.lock().functions[1].attached,
+            "the peer is still there"
+        );
+        assert!(rig.fabric.faults().is_empty(), "an action is not a rule");
+    }
+
+    #[test]
+    fn faults_name_functions_that_exist_and_actions_need_a_running_fabric() {
+        let rig = Rig::new(1);
+        let spec = |t: &str| FaultSpec::parse(t).unwrap();
+        assert_eq!(
+            rig.fabric.add_fault(spec("move@ism7")).unwrap_err(),
+            FaultSpecError::NoSuchFunction("ism7".into())
+        );
+        assert_eq!(
+            rig.fabric
+                .add_fault(spec("gid-disabled@ism0,peer=ism3"))
+                .unwrap_err(),
+            FaultSpecError::NoSuchFunction("ism3".into())
+        );
+        assert_eq!(
+            rig.fabric
+                .add_fault_at_start(spec("gid-disabled@ism0,peer=0x5"))
+                .unwrap_err(),
+            FaultSpecError::ActionAtStart
+        );
+        assert_eq!(rig.fabric.add_fault_at_start(spec("irq-drop")).unwrap(), 1);
+        assert_eq!(rig.fabric.clear_faults(None), 1);
+    }
+}

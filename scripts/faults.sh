@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# Fault scenarios: the emulator fails on purpose (ism-emu serve --fault / ism-emu fault
+# add) under two guests running the unmodified SMC-D stack, and what each side's kernel
+# did is asserted from the guests' own reports (smctest's sock_diag CONN lines, phase exit
+# codes) and the emulator's event stream. docs/faults.md has the table of outcomes.
+#
+# Usage: scripts/faults.sh [SCENARIO...]
+#   reg-dmb       the server's next 4 REG_DMBs fail: the first connection falls back to
+#                 TCP with the kernel's decline reason, its data intact; the second runs
+#                 SMC-D with a smaller RMB; the third is as before
+#   move-reject   one data move of a long stream is rejected: the connection ends on both
+#                 sides (no hang), and new connections work
+#   gid-disabled  a GID-disabled event for a peer that is still there, mid-stream: the
+#                 connection to it is torn down, and new connections work
+#   irq-drop      every 10th interrupt to the receiver is dropped: the next one recovers
+#   irq-stall     the first interrupt of an echo exchange is dropped: what wakes the side
+#                 that waits for it (nothing: it times out), and new connections work
+#   slow          every move of the sender delayed 300 us and every interrupt to the
+#                 receiver 5 ms: everything still passes
+# (default: all). Environment: KERNEL, VARIANT, FAULTS_DIR (logs, default build/faults),
+# GUEST_TIMEOUT, RESULTS_DIR / RESULTS_NAME (KTAP and JUnit, default faults-<kernel>).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$REPO_ROOT/scripts/topology.sh"
+
+need_packages guests   # python3: wait_stream.py, record_check, results.py
+FAULTS_DIR="${FAULTS_DIR:-$BUILD_DIR/faults}"
+GUEST_TIMEOUT="${GUEST_TIMEOUT:-300}"
+ALL_SCENARIOS=(reg-dmb move-reject gid-disabled irq-drop irq-stall slow)
+scenarios=("$@")
+[ ${#scenarios[@]} -gt 0 ] || scenarios=("${ALL_SCENARIOS[@]}")
+# A connection the host broke must end within this many seconds of the fault; the guests'
+# I/O timeout is 60 s, so an end that only came from the timeout fails this.
+ABORT_LIMIT="${ABORT_LIMIT:-30}"
+
+check_artefacts
+mkdir -p "$FAULTS_DIR"
+
+fault() { "$EMU_BIN" fault --control "$RUN_DIR/control.sock" "$@"; }
+
+# Both guests run smcfault SCENARIO: a (10.0.0.1, ism0) serves, b (10.0.0.2, ism1) connects.
+pair_start() {
+    emu_start 2
+    guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcfault server 10.0.0.1 "$1"
+    guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcfault client 10.0.0.1 "$1"
+}
+
+pair_wait() {
+    local ok=0
+    guest_wait a || ok=1
+    guest_wait b || ok=1
+    return $ok
+}
+
+# expect NAME FILE ERE [DIAG...]: a check that FILE has a line matching ERE.
+expect() {
+    local name="$1" file="$2" re="$3"; shift 3
+    grep -qE -- "$re" "$file"
+    record_check "$name" $? "$(basename "$file"): /$re/" "$@" || { warn "$SCENARIO: $name failed"; failures=1; }
+}
+
+# The line of smctest's CONN report for connection IDX of test TEST in guest NAME.
+conn_line() { grep -E "^CONN test=$2 idx=$3 side=" "$RUN_DIR/$1.console.log" | head -n 1; }
+
+# outcome TEXT: one line of what the kernel did, for docs/faults.md's table.
+outcome() { printf '%s: %s\n' "$SCENARIO" "$*" | tee -a "$RUN_DIR/outcome.txt"; }
+
+# fault_event ERE: the event stream has a fault_injected event matching ERE (the writer
+# flushes in the background: wait up to 5 s).
+fault_event() {
+    local i
+    for ((i = 0; i < 50; i++)); do
+        grep '"kind":"fault_injected"' "$RUN_DIR/events.jsonl" 2>/dev/null | grep -qE -- "$1" && break
+        sleep 0.1
+    done
+    grep '"kind":"fault_injected"' "$RUN_DIR/events.jsonl" 2>/dev/null | grep -qE -- "$1"
+    record_check fault_event $? "a fault_injected event matching /$1/" || { warn "$SCENARIO: no fault event /$1/"; failures=1; }
+}
+
+# Waits for a guest's phase to end; prints the seconds it took from now.
+phase_end_after() {   # NAME PHASE LIMIT
+    local start=$SECONDS
+    while ! grep -qE "^FAULT: PHASE $2 rc=" "$RUN_DIR/$1.console.log" 2>/dev/null; do
+        [ $((SECONDS - start)) -lt "$3" ] || break
+        sleep 0.5
+    done
+    echo $((SECONDS - start))
+}
+
+run_reg_dmb() {
+    # Four failures of ism0's (the server's) REG_DMB: the kernel tries its RMB at 64, 32
+    # and 16 KiB for the first connection, then at 64 KiB for the second.
+    EMU_EXTRA=(--fault "cmd=reg_dmb@ism0,next=4")
+    pair_start reg-dmb
+    pair_wait || failures=1
+    local g
+    for g in a b; do
+        expect "${g}_data_intact" "$RUN_DIR/$g.console.log" '^FAULT: PHASE connections rc=0[[:space:]]*$'
+        expect "${g}_first_fell_back" "$RUN_DIR/$g.console.log" '^CONN test=seq idx=0 side=[a-z]+ mode=FALLBACK .*verify=ok'
+        expect "${g}_third_smcd_full_size" "$RUN_DIR/$g.console.log" '^CONN test=seq idx=2 side=[a-z]+ mode=SMCD .* rmbe=65504 peer_rmbe=65504 .*verify=ok'
+        outcome "$g, 1st connection: $(conn_line "$g" seq 0 | grep -oE '(side|mode|reason_name|peer_diag_name)=[^ ]+' | xargs)"
+    done
+    # The decline reason each side's kernel gives (sock_diag): the side whose REG_DMB
+    # failed declines for lack of memory, the other records the peer's decline.
+    expect decline_reason_mem "$RUN_DIR/a.console.log" 'idx=0 side=server mode=FALLBACK .*reason_name=SMC_CLC_DECL_MEM '
+    expect decline_reason_peer "$RUN_DIR/b.console.log" 'idx=0 side=client mode=FALLBACK .*reason_name=SMC_CLC_DECL_PEERDECL .*peer_diag_name=SMC_CLC_DECL_MEM '
+    # One failure for the second connection: SMC-D with the RMB at half size.
+    expect a_second_smcd_downgraded "$RUN_DIR/a.console.log" '^CONN test=seq idx=1 side=server mode=SMCD .* rmbe=32736 peer_rmbe=65504 .*verify=ok'
+    expect b_second_smcd_downgraded "$RUN_DIR/b.console.log" '^CONN test=seq idx=1 side=client mode=SMCD .* rmbe=65504 peer_rmbe=32736 .*verify=ok'
+    outcome "a, 2nd connection: $(conn_line a seq 1 | grep -oE '(mode|rmbe|peer_rmbe)=[^ ]+' | xargs)"
+    fault_event '"function":"ism0".*"fault":"cmd=reg_dmb@ism0,rc=0xffff,next=4".*REG_DMB failed'
+    [ "$(grep -c '"kind":"fault_injected"' "$RUN_DIR/events.jsonl")" = 4 ]
+    record_check four_failures $? "4 fault_injected events" || failures=1
+}
+
+# A long stream from b to a, broken by the host with `fault add SPEC` once it is flowing.
+# Sets TOOK_a and TOOK_b: the seconds from the fault to the end of each side's stream.
+run_broken_stream() {   # SPEC
+    pair_start "$SCENARIO"
+    python3 "$REPO_ROOT/scripts/wait_stream.py" "$EMU_BIN" "$RUN_DIR/control.sock" \
+        --function ism1 --min-bytes $((8 << 20)) --timeout 180
+    record_check stream_started $? "b's stream reached the device" \
+        || { warn "$SCENARIO: the stream never started"; failures=1; pair_wait; return 1; }
+    fault add "$1" >"$RUN_DIR/fault-add.out" 2>&1
+    record_check fault_added $? "$(cat "$RUN_DIR/fault-add.out")" || failures=1
+    # Both ends are watched at once; the guests' I/O timeout is 20 s.
+    local start=$SECONDS g
+    TOOK_a="" TOOK_b=""
+    while [ -z "$TOOK_a" ] || [ -z "$TOOK_b" ]; do
+        for g in a b; do
+            local var="TOOK_$g"
+            [ -z "${!var}" ] || continue
+            grep -qE '^FAULT: PHASE broken rc=' "$RUN_DIR/$g.console.log" 2>/dev/null \
+                && printf -v "$var" '%s' $((SECONDS - start))
+        done
+        [ $((SECONDS - start)) -lt 120 ] || break
+        sleep 0.5
+    done
+    pair_wait || failures=1
+    for g in a b; do
+        local var="TOOK_$g"
+        expect "${g}_stream_ended_with_an_error" "$RUN_DIR/$g.console.log" '^FAULT: PHASE broken rc=[1-9][0-9]*[[:space:]]*$'
+        outcome "$g ended ${!var:-never} s after the fault: $(grep -E '^SUMMARY test=stream' "$RUN_DIR/$g.console.log" | grep -oE 'first_error=.*' | cut -c1-150)"
+    done
+    fault_event '"function":"ism1".*"kind":"fault_injected"'
+}
+
+# ended_within NAME SIDE LIMIT: SIDE's stream ended within LIMIT s of the fault.
+ended_within() {
+    local var="TOOK_$2"
+    [ -n "${!var}" ] && [ "${!var}" -le "$3" ]
+    record_check "$1" $? "$2's stream ended ${!var:-never} s after the fault (limit $3 s)" || failures=1
+}
+
+run_move_reject() {
+    run_broken_stream "move@ism1,next=1" || return 1
+    # The sender's kernel sets peer_conn_abort for a failed ISM write but sends no CDC
+    # message after it, and nothing retries the write: the connection stalls on both
+    # sides until the receiver's I/O timeout (20 s) closes it; the sender then sees the
+    # reset.
+    expect a_receiver_timed_out "$RUN_DIR/a.console.log" '^SUMMARY test=stream side=server .*recv: timed out'
+    expect b_sender_reset "$RUN_DIR/b.console.log" '^SUMMARY test=stream side=client .*send: Connection reset by peer'
+    ended_within a_not_before_its_timeout a 40
+    ended_within b_after_the_receiver b 45
+    local g
+    for g in a b; do
+        expect "${g}_new_connections_work" "$RUN_DIR/$g.console.log" '^FAULT: PHASE after rc=0[[:space:]]*$'
+    done
+    outcome "then: $(grep -E '^SUMMARY test=seq side=client' "$RUN_DIR/b.console.log" | grep -oE 'conns=[0-9]+ smcd=[0-9]+ fallback=[0-9]+' )"
+    fault_event '"fault":"move@ism1,next=1".*rejected'
+}
+
+run_gid_disabled() {
+    run_broken_stream "gid-disabled@ism1,peer=ism0" || return 1
+    # b's kernel, told that a's GID is gone, kills its connections to a at once; a is
+    # told nothing and waits for its I/O timeout.
+    # (EPIPE or ECONNABORTED, depending on where the send was when the kill came)
+    expect b_told_side_aborts "$RUN_DIR/b.console.log" '^SUMMARY test=stream side=client .*send: (Broken pipe|Software caused connection abort)'
+    ended_within b_aborted_at_once b 10
+    expect a_untold_side_timed_out "$RUN_DIR/a.console.log" '^SUMMARY test=stream side=server .*recv: timed out'
+    # The next connection: b proposes a new link group, a still has the old one with
+    # b's GID: a CLC synchronization error, and a falls back. The one after it runs
+    # SMC-D on a new link group.
+    expect b_next_syncerr "$RUN_DIR/b.console.log" '^CONN test=seq idx=0 side=client mode=FALLBACK .*reason_name=SMC_CLC_DECL_SYNCERR '
+    expect a_next_peer_declined "$RUN_DIR/a.console.log" '^CONN test=seq idx=0 side=server mode=FALLBACK .*reason_name=SMC_CLC_DECL_PEERDECL .*peer_diag_name=SMC_CLC_DECL_SYNCERR '
+    local g
+    for g in a b; do
+        expect "${g}_then_smcd_again" "$RUN_DIR/$g.console.log" '^CONN test=seq idx=1 side=[a-z]+ mode=SMCD .*verify=ok'
+        outcome "$g, next connections: $(grep -E '^CONN test=seq' "$RUN_DIR/$g.console.log" | grep -oE '(idx|mode|reason_name|linkid)=[^ ]+' | xargs)"
+    done
+    fault_event '"fault":"gid-disabled@ism1,peer=ism0".*GID-disabled event'
+}
+
+# Connections under a fault that slows or drops interrupts but breaks nothing.
+run_survivable() {   # FAULT...
+    EMU_EXTRA=()
+    local f
+    for f in "$@"; do EMU_EXTRA+=(--fault "$f"); done
+    pair_start "$SCENARIO"
+    pair_wait || failures=1
+    fault list >"$RUN_DIR/fault-list.txt" 2>&1
+    local g
+    for g in a b; do
+        expect "${g}_all_smcd_and_intact" "$RUN_DIR/$g.console.log" '^SUMMARY test=seq side=[a-z]+ conns=3 smcd=3 fallback=0 notfound=0 failed=0 '
+        expect "${g}_phase_passed" "$RUN_DIR/$g.console.log" '^FAULT: PHASE connections rc=0[[:space:]]*$'
+    done
+    # Every rule fired at least once (list: rule seen fired spent spec).
+    awk 'NR > 1 && $3 == 0 { bad = 1 } END { exit bad || NR < 2 }' "$RUN_DIR/fault-list.txt"
+    record_check faults_fired $? "$(cat "$RUN_DIR/fault-list.txt")" || failures=1
+    outcome "$(awk 'NR > 1 { printf "%s fired %s of %s; ", $5, $3, $2 }' "$RUN_DIR/fault-list.txt")$(grep -E '^SUMMARY test=seq side=client' "$RUN_DIR/b.console.log" | grep -oE 'secs=[^ ]+|MB/s=[^ ]+' | xargs)"
+}
+
+run_irq_drop() { run_survivable "irq-drop@ism0,next=1"; }
+run_slow() { run_survivable "move-delay@ism1,us=300" "irq-delay@ism0,us=5000"; }
+
+run_irq_stall() {
+    # ism1 is the client's function: the first signalling move into its DMB, whose
+    # interrupt is dropped, is the server's first echo reply.
+    EMU_EXTRA=(--fault "irq-drop@ism1,next=1")
+    pair_start irq-stall
+    pair_wait || failures=1
+    local g
+    for g in a b; do
+        expect "${g}_new_connections_work" "$RUN_DIR/$g.console.log" '^FAULT: PHASE after rc=0[[:space:]]*$'
+    done
+    expect b_echo_stalled "$RUN_DIR/b.console.log" '^FAULT: PHASE stalled rc=[1-9][0-9]*[[:space:]]*$'
+    outcome "b (waits for the reply): $(grep -E '^SUMMARY test=echo' "$RUN_DIR/b.console.log" | grep -oE 'first_error=.*' | cut -c1-160)"
+    outcome "a: $(grep -E '^SUMMARY test=echo' "$RUN_DIR/a.console.log" | grep -oE 'first_error=.*|failed=[0-9]+' | head -1 | cut -c1-160)"
+    fault_event '"function":"ism1".*interrupt for token'
+}
+
+failed=()
+run_dirs=()
+for SCENARIO in "${scenarios[@]}"; do
+    case "$SCENARIO" in
+        reg-dmb | move-reject | gid-disabled | irq-drop | irq-stall | slow) ;;
+        *) die "unknown scenario '$SCENARIO' (${ALL_SCENARIOS[*]})" ;;
+    esac
+    topo_init "$FAULTS_DIR/$SCENARIO-$(kernel_suffix)"
+    step "faults: scenario '$SCENARIO', kernel $KERNEL ($VARIANT)"
+    start=$SECONDS
+    failures=0
+    EMU_EXTRA=()
+    # (|| keeps a failing check inside from ending the script: errexit is off in it)
+    "run_${SCENARIO//-/_}" || failures=1
+    kill -0 "$EMU_PID" 2>/dev/null
+    record_check emulator_alive $? "the emulator served the whole scenario" || failures=1
+    emu_stop && st=0 || st=$?
+    record_check emulator_clean_shutdown "$st" "SIGTERM: exit status 0, sockets removed" || failures=1
+    topo_cleanup
+    echo $((SECONDS - start)) >"$RUN_DIR/seconds"
+    run_dirs+=("$RUN_DIR")
+    if [ "$failures" -eq 0 ]; then
+        step "faults: '$SCENARIO' PASSED in $((SECONDS - start)) s (logs: $RUN_DIR)"
+    else
+        step "faults: '$SCENARIO' FAILED after $((SECONDS - start)) s (logs: $RUN_DIR)"
+        failed+=("$SCENARIO")
+    fi
+done
+
+cat "${run_dirs[@]/%//outcome.txt}" 2>/dev/null >"$FAULTS_DIR/outcomes-$(kernel_suffix).txt" || true
+python3 "$REPO_ROOT/scripts/results.py" write --name "${RESULTS_NAME:-faults-$(kernel_suffix)}" \
+    --out "${RESULTS_DIR:-$BUILD_DIR/results}" "${run_dirs[@]}" || failed+=(results)
+echo "--- what the kernel did ($FAULTS_DIR/outcomes-$(kernel_suffix).txt):"
+cat "$FAULTS_DIR/outcomes-$(kernel_suffix).txt"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "$(( ${#scenarios[@]} - ${#failed[@]} )) passed, ${#failed[@]} failed: ${failed[*]}"
+    exit 1
+fi
+echo "${#scenarios[@]} passed, 0 failed"
