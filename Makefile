@@ -16,7 +16,7 @@ export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
-	ci-smcd-check vng-check bench bench-guests experiment soak soak-short fuzz faults lint clean
+	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults lint clean
 all: images emulator
 
 # Host packages for the Rust build (the image builders install their own).
@@ -51,8 +51,9 @@ demo: images emulator
 unit: deps
 	cargo test --locked
 	$(MAKE) -s -C guest-tests/progs check OUT=$(BUILD_DIR)/guest-progs
-	bash -c 'source scripts/lib.sh && need_packages guests'
+	bash -c 'source scripts/lib.sh && need_packages guests timeline'
 	python3 scripts/test_experiment.py
+	/usr/bin/python3 scripts/test_timeline.py
 
 lint: deps
 	cargo fmt --all -- --check
@@ -135,6 +136,16 @@ experiment: images emulator
 # each scenario's outcome asserted from both guests and the event stream.
 faults: images emulator
 	scripts/faults.sh
+
+# An event file's DMB lifecycles as a trace-event timeline for Perfetto's UI or
+# chrome://tracing, and a picture of it (docs/observer.md, "Timeline"). TIMELINE_EVENTS:
+# a `serve --events` file, by default the last `make demo`'s.
+TIMELINE_EVENTS ?= $(BUILD_DIR)/demo/events.jsonl
+timeline: emulator
+	bash -c 'source scripts/lib.sh && need_packages timeline'
+	target/release/ism-emu observe timeline --from "$(TIMELINE_EVENTS)" --out "$(BUILD_DIR)/timeline.json"
+	/usr/bin/python3 scripts/timeline.py "$(BUILD_DIR)/timeline.json" \
+		--out "$(BUILD_DIR)/timeline.png" --out "$(BUILD_DIR)/timeline.svg"
 
 # Soak with real guests (scripts/soak.sh, docs/soak.md): a guest killed and booted again
 # SOAK_ROUNDS times beside a streaming pair, SOAK_GUESTS guests streaming at once, the

@@ -23,4 +23,11 @@ observe conns || ok=1
 echo
 echo "Event stream: $RUN_DIR/events.jsonl ($(wc -l <"$RUN_DIR/events.jsonl") events); console logs: $RUN_DIR/*.console.log"
 emu_stop || ok=1
+# The run as a timeline for Perfetto's UI (docs/observer.md, "Timeline"); the picture only
+# where matplotlib already is: the demo installs nothing for it (`make timeline` does).
+RUST_LOG=warn "$EMU_BIN" observe timeline --from "$RUN_DIR/events.jsonl" --out "$RUN_DIR/timeline.json" || ok=1
+if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+    /usr/bin/python3 "$REPO_ROOT/scripts/timeline.py" "$RUN_DIR/timeline.json" --out "$RUN_DIR/timeline.png" || ok=1
+fi
+echo "Timeline: $RUN_DIR/timeline.json (open it in Perfetto's UI or chrome://tracing)$([ -e "$RUN_DIR/timeline.png" ] && echo ", $RUN_DIR/timeline.png")"
 [ "$ok" -eq 0 ] && step "demo finished" || die "demo failed (logs in $RUN_DIR)"

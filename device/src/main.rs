@@ -7,7 +7,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 
@@ -15,6 +17,8 @@ use ism_emu::default_gid;
 use ism_emu::fabric::Fabric;
 use ism_emu::fault::FaultSpec;
 use ism_emu::observer::report::{ConnsTable, DmbsTable, FunctionsTable, Snapshot, Verdict};
+use ism_emu::observer::timeline::{self, TimelineBuilder, TimelineError};
+use ism_emu::observer::trace_event::TraceDocument;
 use ism_emu::observer::Observer;
 use ism_emu::server::{self, ServeError};
 
@@ -66,7 +70,7 @@ enum Cmd {
     },
 }
 
-#[derive(Subcommand, Clone, Copy)]
+#[derive(Subcommand, Clone)]
 enum Observe {
     /// The functions: GIDs, attachment, traffic counters.
     Functions,
@@ -80,6 +84,20 @@ enum Observe {
     Follow,
     /// The raw snapshot as JSON.
     Json,
+    /// The DMB lifecycles as a trace-event timeline (Perfetto's UI, chrome://tracing):
+    /// followed live until --for elapses, SIGINT/SIGTERM or the emulator's exit, or
+    /// converted from an event file.
+    Timeline {
+        /// Where to write the trace-event JSON.
+        #[arg(long)]
+        out: PathBuf,
+        /// Convert this event file (`serve --events`) instead of following live.
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// Follow for this many seconds.
+        #[arg(long = "for", value_name = "SECONDS", conflicts_with = "from", value_parser = parse_seconds)]
+        for_secs: Option<Duration>,
+    },
 }
 
 #[derive(Subcommand, Clone)]
@@ -111,6 +129,13 @@ fn parse_chid(s: &str) -> Result<u16, String> {
     Ok(v)
 }
 
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|e| format!("not a number of seconds: {e}"))?;
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("not a duration: {e}"))
+}
+
 /// Why a command of the CLI failed.
 #[derive(Debug, thiserror::Error)]
 enum CliError {
@@ -131,6 +156,18 @@ enum CliError {
     Unreachable {
         path: PathBuf,
         cause: std::io::Error,
+    },
+    #[error("cannot read event file {}", path.display())]
+    EventsIn {
+        path: PathBuf,
+        #[source]
+        source: TimelineError,
+    },
+    #[error("cannot write {}", path.display())]
+    Out {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
     },
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -173,13 +210,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let mut msg = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                msg.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            eprintln!("ism-emu: {msg}");
+            eprintln!("ism-emu: {}", chain(&e));
             ExitCode::FAILURE
         }
     }
@@ -230,6 +261,21 @@ fn request(control: &Path, what: &str) -> Result<UnixStream, CliError> {
 }
 
 fn observe(control: &Path, what: Observe) -> Result<(), CliError> {
+    if let Observe::Timeline {
+        out,
+        from,
+        for_secs,
+    } = what
+    {
+        let doc = match from {
+            Some(path) => std::fs::File::open(&path)
+                .map_err(TimelineError::Read)
+                .and_then(|f| timeline::from_reader(BufReader::new(f)))
+                .map_err(|source| CliError::EventsIn { path, source })?,
+            None => follow_timeline(control, for_secs)?,
+        };
+        return write_timeline(&doc, &out);
+    }
     if let Observe::Follow = what {
         let stream = request(control, "follow")?;
         for line in BufReader::new(stream).lines() {
@@ -251,7 +297,7 @@ fn observe(control: &Path, what: Observe) -> Result<(), CliError> {
             DmbsTable(&snap),
             Verdict(&snap)
         ),
-        Observe::Follow => {}
+        Observe::Follow | Observe::Timeline { .. } => {}
     }
     Ok(())
 }
@@ -300,4 +346,74 @@ fn fault(control: &Path, what: FaultCmd) -> Result<(), CliError> {
         FaultCmd::Clear { .. } => println!("removed {}", answer["removed"]),
     }
     Ok(())
+}
+
+/// Follows the event stream into a timeline until `duration` elapses, SIGINT or SIGTERM
+/// arrives, or the emulator closes the stream.
+fn follow_timeline(control: &Path, duration: Option<Duration>) -> Result<TraceDocument, CliError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    let stream = request(control, "follow")?;
+    // Reads wake up now and then to look at the clock and the signal flag.
+    stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let deadline = duration.map(|d| Instant::now() + d);
+    match duration {
+        Some(d) => log::info!("following {} for {d:?}", control.display()),
+        None => log::info!("following {} until SIGINT or SIGTERM", control.display()),
+    }
+    let mut reader = BufReader::new(stream);
+    let mut builder = TimelineBuilder::default();
+    // A line may arrive in pieces across read timeouts: it is kept until its newline.
+    let mut line = Vec::new();
+    let mut number = 0;
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) if line.ends_with(b"\n") => {
+                number += 1;
+                // The recording goes on: one bad line must not lose the others.
+                if let Err(e) = builder.push_line(number, &String::from_utf8_lossy(&line)) {
+                    log::warn!("{}; skipped", chain(&e));
+                }
+                line.clear();
+            }
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(builder.finish())
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{Interrupted, TimedOut, WouldBlock};
+    matches!(e.kind(), WouldBlock | TimedOut | Interrupted)
+}
+
+fn write_timeline(doc: &TraceDocument, out: &Path) -> Result<(), CliError> {
+    let wrap = |source| CliError::Out {
+        path: out.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::create(out).map_err(wrap)?;
+    doc.write_to(std::io::BufWriter::new(file)).map_err(wrap)?;
+    log::info!(
+        "wrote {} trace events to {}",
+        doc.trace_events.len(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// An error and its causes on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        msg.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    msg
 }

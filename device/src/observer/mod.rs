@@ -14,7 +14,9 @@
 pub mod dmb_life;
 pub mod json;
 pub mod report;
+pub mod timeline;
 pub mod timing;
+pub mod trace_event;
 
 use std::collections::BTreeMap;
 use std::fs::File;
