@@ -87,6 +87,38 @@ run_crash() {
     return $ok
 }
 
+# The run's trace, replayed offline (ism-emu replay), must give the live event stream
+# line for line and the live snapshot's DMBs; its size per MB moved goes to trace-size.
+check_replay() {
+    RUST_LOG=warn "$EMU_BIN" replay "$RUN_DIR/trace.jsonl" --events "$RUN_DIR/replay-events.jsonl" \
+        --snapshot "$RUN_DIR/replay-snapshot.json" >"$RUN_DIR/replay.txt" 2>&1
+    record_check replay_ran $? "$(head -n 3 "$RUN_DIR/replay.txt")" || return 1
+    python3 - "$RUN_DIR" <<'PY'
+import json, os, sys
+run = sys.argv[1]
+live = open(os.path.join(run, "events.jsonl")).read().splitlines()
+again = open(os.path.join(run, "replay-events.jsonl")).read().splitlines()
+diff = next((i for i, (a, b) in enumerate(zip(live, again)) if a != b), None)
+if diff is None and len(live) != len(again):
+    diff = min(len(live), len(again))
+dmbs = lambda f: json.load(open(os.path.join(run, f)))["dmbs"]
+same_dmbs = dmbs("snapshot.json") == dmbs("replay-snapshot.json")
+moved = sum(int(f["counters"]["bytes_out"]) for f in json.load(open(os.path.join(run, "snapshot.json")))["functions"])
+size = os.path.getsize(os.path.join(run, "trace.jsonl"))
+times = [json.loads(l)["t"] for l in list(open(os.path.join(run, "trace.jsonl")))[1:]]
+monotonic = all(a <= b for a, b in zip(times, times[1:]))
+with open(os.path.join(run, "trace-size"), "w") as out:
+    print(f"{size} bytes of trace for {moved / 1e6:.1f} MB moved: {size / max(moved / 1e6, 1e-9):.0f} bytes per MB", file=out)
+print(f"replay: {len(again)} event lines against {len(live)} live, first difference: {diff}; DMB summaries {'equal' if same_dmbs else 'DIFFER'}; trace times {'non-decreasing' if monotonic else 'GO BACK'}")
+if diff is not None:
+    print(f"  live:   {live[diff] if diff < len(live) else '(end)'}\n  replay: {again[diff] if diff < len(again) else '(end)'}")
+sys.exit(0 if diff is None and same_dmbs and monotonic else 1)
+PY
+    record_check replay_identical $? "$(cat "$RUN_DIR/trace-size" 2>/dev/null)" \
+        || { warn "replay of $RUN_DIR/trace.jsonl differs from the live run"; return 1; }
+    cat "$RUN_DIR/trace-size"
+}
+
 for topo in "${topologies[@]}"; do
     topo_init "$E2E_DIR/$topo-$(kernel_suffix)"
     step "e2e: topology '$topo', kernel $KERNEL ($VARIANT), tests: $TESTS"
@@ -94,7 +126,11 @@ for topo in "${topologies[@]}"; do
     rc=0
     case "$topo" in
         # shellcheck disable=SC2086
-        two) run_pair $TESTS || rc=1 ;;
+        two)
+            # Recorded, for the replay check below (docs/trace.md).
+            EMU_EXTRA=(--trace "$RUN_DIR/trace.jsonl")
+            run_pair $TESTS || rc=1
+            EMU_EXTRA=() ;;
         self) run_self || rc=1 ;;
         crash) run_crash || rc=1 ;;
         *) die "unknown topology '$topo' (two, self, crash)" ;;
@@ -105,6 +141,9 @@ for topo in "${topologies[@]}"; do
     emu_stop && st=0 || st=$?
     record_check emulator_clean_shutdown "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
     topo_cleanup
+    if [ -s "$RUN_DIR/trace.jsonl" ]; then
+        check_replay || rc=1
+    fi
     if [ "$topo" != crash ]; then
         python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" \
             --result "$RUN_DIR/result.json" --checks "$RUN_DIR/checks.jsonl" || rc=1

@@ -21,6 +21,7 @@ use ism_emu::observer::timeline::{self, TimelineBuilder, TimelineError};
 use ism_emu::observer::trace_event::TraceDocument;
 use ism_emu::observer::Observer;
 use ism_emu::server::{self, ServeError};
+use ism_emu::trace;
 
 #[derive(Parser)]
 #[command(
@@ -53,6 +54,26 @@ enum Cmd {
         /// e.g. `cmd=reg_dmb@ism1,rc=0x6,next=1` or `move@ism0,every=50`.
         #[arg(long = "fault", value_parser = parse_fault)]
         faults: Vec<FaultSpec>,
+        /// Record everything the device is asked to do to this file (docs/trace.md), for
+        /// `ism-emu replay`.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Record the moves' data too (default: only the CDC area at the start of each
+        /// DMB, no user data).
+        #[arg(long, requires = "trace")]
+        trace_payload: bool,
+    },
+    /// Run a recorded trace through the device model and the observer, without QEMU:
+    /// prints the DMBs and the verdict the live run's observer gave.
+    Replay {
+        /// A file written by `serve --trace`.
+        trace: PathBuf,
+        /// Write the replayed event stream (JSON lines) to this file.
+        #[arg(long)]
+        events: Option<PathBuf>,
+        /// Write the replayed snapshot (as `observe json` gives it) to this file.
+        #[arg(long)]
+        snapshot: Option<PathBuf>,
     },
     /// Inject faults into a running emulator through its control socket.
     Fault {
@@ -173,6 +194,12 @@ enum CliError {
     Io(#[from] std::io::Error),
     #[error("bad snapshot")]
     BadSnapshot(#[source] serde_json::Error),
+    #[error(transparent)]
+    Trace(#[from] ism_emu::trace::TraceError),
+    #[error(transparent)]
+    Replay(#[from] ism_emu::replay::ReplayError),
+    #[error("the replay differs from the recording in {0} operation(s) ({1} records lost)")]
+    ReplayDiffers(usize, u64),
     #[error("bad answer from the emulator: {0:?}")]
     BadAnswer(String),
     #[error("the emulator refused: {0}")]
@@ -203,7 +230,22 @@ fn main() -> ExitCode {
             control,
             events,
             faults,
-        } => serve(chid, sockets, control, events, faults),
+            trace,
+            trace_payload,
+        } => serve(ServeOpts {
+            chid,
+            sockets,
+            control,
+            events,
+            faults,
+            trace,
+            trace_payload,
+        }),
+        Cmd::Replay {
+            trace,
+            events,
+            snapshot,
+        } => replay(&trace, events, snapshot),
         Cmd::Observe { control, what } => observe(&control, what),
         Cmd::Fault { control, what } => fault(&control, what),
     };
@@ -216,13 +258,27 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(
+/// What `serve` was asked for.
+struct ServeOpts {
     chid: u16,
     sockets: Vec<PathBuf>,
     control: Option<PathBuf>,
     events: Option<PathBuf>,
     faults: Vec<FaultSpec>,
-) -> Result<(), CliError> {
+    trace: Option<PathBuf>,
+    trace_payload: bool,
+}
+
+fn serve(opts: ServeOpts) -> Result<(), CliError> {
+    let ServeOpts {
+        chid,
+        sockets,
+        control,
+        events,
+        faults,
+        trace,
+        trace_payload,
+    } = opts;
     // Every socket and file the emulator creates is its user's only.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let file = match events {
@@ -235,11 +291,28 @@ fn serve(
         ),
         None => None,
     };
-    let functions = (0..sockets.len())
+    let functions: Vec<(String, u64)> = (0..sockets.len())
         .map(|i| (format!("ism{i}"), default_gid(chid, i)))
         .collect();
+    let header = trace::Header {
+        trace: "ism-emu".into(),
+        version: trace::VERSION,
+        chid,
+        functions: functions
+            .iter()
+            .map(|(name, gid)| trace::FunctionHeader {
+                name: name.clone(),
+                gid: *gid,
+            })
+            .collect(),
+        payload: trace_payload,
+    };
     let observer = Arc::new(Observer::new(file));
     let fabric = Arc::new(Fabric::new(chid, functions, observer.clone()));
+    // Before the faults, so that the trace has them too.
+    if let Some(path) = &trace {
+        fabric.set_tracer(trace::Tracer::create(path, &header)?);
+    }
     for spec in faults {
         let text = spec.to_string();
         fabric
@@ -247,7 +320,56 @@ fn serve(
             .map_err(|source| CliError::FaultAtStart { spec: text, source })?;
     }
     log::info!("fabric CHID {chid:#06x} with {} function(s)", sockets.len());
-    server::run(fabric, observer, &sockets, control.as_deref())?;
+    let served = server::run(Arc::clone(&fabric), observer, &sockets, control.as_deref());
+    if let Some(tracer) = fabric.tracer() {
+        tracer.sync();
+    }
+    served?;
+    Ok(())
+}
+
+fn replay(
+    trace_path: &Path,
+    events: Option<PathBuf>,
+    snapshot: Option<PathBuf>,
+) -> Result<(), CliError> {
+    let file = match events {
+        Some(path) => Some(
+            std::fs::File::create(&path).map_err(|source| CliError::EventFile { path, source })?,
+        ),
+        None => None,
+    };
+    let observer = Arc::new(Observer::new(file));
+    let (fabric, report) = ism_emu::replay::replay(trace_path, Arc::clone(&observer))?;
+    let snap = Snapshot {
+        chid: fabric.chid(),
+        functions: fabric.function_views(),
+        dmbs: observer.summaries(),
+    };
+    if let Some(path) = snapshot {
+        let json = serde_json::to_string(&snap).map_err(CliError::BadSnapshot)?;
+        std::fs::write(&path, json + "\n")?;
+    }
+    println!(
+        "replayed {} records: {} commands, {} moves, {} zeroing ticks; {} differ from the recording{}",
+        report.records,
+        report.commands,
+        report.moves,
+        report.zero_ticks,
+        report.mismatches,
+        if report.lost > 0 {
+            format!("; the trace lost {} records", report.lost)
+        } else {
+            String::new()
+        }
+    );
+    for m in &report.first_mismatches {
+        println!("  {m}");
+    }
+    print!("{}\n{}", DmbsTable(&snap), Verdict(&snap));
+    if report.mismatches > 0 || report.lost > 0 {
+        return Err(CliError::ReplayDiffers(report.mismatches, report.lost));
+    }
     Ok(())
 }
 

@@ -2,13 +2,14 @@
 
 use std::time::Instant;
 
-use crate::dmb::{now_us, Dmb, FunctionId};
+use crate::dmb::{now_us, Dmb, FunctionId, OpTime};
 use crate::ism::command::{Command, CommandError, DmbRequest, QueryInfo, Response};
 use crate::ism::status::{Event, EventType, Ieq, Sba, IEQ_LEN, SBA_LEN};
 use crate::ism::wire::MAX_VLAN_IDS;
 use crate::ism::{MAX_DMB_LEN, MOVE_WINDOW_SHIFT};
 
 use super::{Fabric, FabricState};
+use crate::trace::Record;
 
 /// Tokens are `n << 32` with `1 <= n < 2^(MOVE_WINDOW_SHIFT - 32)`.
 const MAX_TOKEN_INDEX: u64 = (1 << (MOVE_WINDOW_SHIFT - 32)) - 1;
@@ -17,6 +18,7 @@ impl Fabric {
     /// Executes one command for function `id`.
     pub fn execute(&self, id: FunctionId, cmd: Command) -> Result<Response, CommandError> {
         let mut st = self.lock();
+        let _op = OpTime::begin();
         let st = &mut *st;
         st.functions[id].counters.commands += 1;
         let result = match self.command_fault(st, id, cmd.opcode()) {
@@ -26,6 +28,11 @@ impl Fabric {
         if result.is_err() {
             st.functions[id].counters.command_errors += 1;
         }
+        self.trace(|_| Record::Cmd {
+            f: id,
+            cmd,
+            ret: result.as_ref().err().map_or(0, CommandError::ret),
+        });
         result
     }
 
@@ -33,6 +40,8 @@ impl Fabric {
     /// length, bad field): the host's view must show every failed command.
     pub fn command_undecodable(&self, id: FunctionId) {
         let mut st = self.lock();
+        let _op = OpTime::begin();
+        self.trace(|_| Record::Undecodable { f: id });
         let counters = &mut st.functions[id].counters;
         counters.commands += 1;
         counters.command_errors += 1;

@@ -8,13 +8,14 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, TrySendError};
 use std::time::Instant;
 
-use crate::dmb::{now_us, FunctionId};
+use crate::dmb::{now_us, FunctionId, OpTime};
 use crate::fault::{
     FaultKind, FaultPlan, FaultSpec, FaultSpecError, Fired, IrqFault, Peer, RuleView,
 };
 use crate::ism::status::{gid_code, Event, EventType};
 
 use super::{Fabric, FabricState, FunctionState};
+use crate::trace::Record;
 
 /// Interrupts held back at once by `irq-delay`; beyond that they go out at once.
 const DELAYED_IRQS: usize = 1024;
@@ -38,6 +39,22 @@ impl Fabric {
 
     /// Puts a fault in force (a rule) or carries it out (an action).
     pub fn add_fault(&self, spec: FaultSpec) -> Result<FaultAdded, FaultSpecError> {
+        // Under the fabric's lock, like every operation a trace records.
+        let mut st = self.lock();
+        let _op = OpTime::begin();
+        let added = self.add_fault_locked(&mut st, &spec)?;
+        self.trace(|_| Record::FaultAdd {
+            spec: spec.to_string(),
+        });
+        Ok(added)
+    }
+
+    fn add_fault_locked(
+        &self,
+        st: &mut FabricState,
+        spec: &FaultSpec,
+    ) -> Result<FaultAdded, FaultSpecError> {
+        let spec = spec.clone();
         let receiver = spec
             .function
             .as_deref()
@@ -49,7 +66,7 @@ impl Fabric {
                 Peer::Gid(gid) => *gid,
             };
             let receiver = receiver.ok_or(FaultSpecError::NoReceiver)?;
-            self.inject_gid_disabled(receiver, peer_gid, &spec);
+            self.inject_gid_disabled(st, receiver, peer_gid, &spec);
             return Ok(FaultAdded::Done);
         }
         let text = spec.to_string();
@@ -73,6 +90,9 @@ impl Fabric {
 
     /// Removes rule `id`, or all rules; returns how many went.
     pub fn clear_faults(&self, id: Option<u32>) -> usize {
+        let _st = self.lock();
+        let _op = OpTime::begin();
+        self.trace(|_| Record::FaultClear { id });
         let mut plan = self.plan();
         let removed = plan.clear(id);
         self.faults_on.store(!plan.is_empty(), Ordering::SeqCst);
@@ -141,7 +161,10 @@ impl Fabric {
     pub(super) fn delay_move(&self, sender: FunctionId) {
         if let Some((delay, fired)) = self.ask(|plan| plan.move_delay(&self.identities[sender].0)) {
             self.report(sender, None, &fired);
-            std::thread::sleep(delay);
+            // A replay takes the recorded times; it does not wait them out.
+            if !self.replaying() {
+                std::thread::sleep(delay);
+            }
         }
     }
 
@@ -153,7 +176,18 @@ impl Fabric {
         owner: &mut FunctionState,
         token: u64,
     ) {
-        match self.ask(|plan| plan.irq(&owner.name, token)) {
+        let fault = self.ask(|plan| plan.irq(&owner.name, token));
+        self.trace(|_| Record::Irq {
+            f: owner_id,
+            token,
+            how: match &fault {
+                None => "raised",
+                Some(IrqFault::Drop(_)) => "dropped",
+                Some(IrqFault::Delay(..)) => "delayed",
+            }
+            .to_string(),
+        });
+        match fault {
             None => owner.interrupt(),
             Some(IrqFault::Drop(fired)) => self.report(owner_id, Some(token), &fired),
             Some(IrqFault::Delay(delay, fired)) => {
@@ -205,7 +239,13 @@ impl Fabric {
 
     /// Queues a GID-disabled event for `peer_gid` at `receiver`, as if that peer had gone,
     /// while it may well still be there.
-    fn inject_gid_disabled(&self, receiver: FunctionId, peer_gid: u64, spec: &FaultSpec) {
+    fn inject_gid_disabled(
+        &self,
+        st: &mut FabricState,
+        receiver: FunctionId,
+        peer_gid: u64,
+        spec: &FaultSpec,
+    ) {
         let event = Event {
             kind: EventType::Gid,
             code: gid_code::GID_DISABLED,
@@ -213,7 +253,7 @@ impl Fabric {
             time: now_us(),
             info: 0,
         };
-        self.lock().functions[receiver].post_event(&event, true);
+        st.functions[receiver].post_event(&event, true);
         let fired = Fired {
             rule: 0,
             spec: spec.to_string(),

@@ -10,21 +10,22 @@ mod commands;
 mod faults;
 mod moves;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use crate::dma::{DmaError, DmaSpace};
-use crate::dmb::{now_us, Dmb, FunctionId};
+use crate::dmb::{now_us, Dmb, FunctionId, OpTime};
 use crate::fault::FaultPlan;
 use crate::interrupts::{Interrupts, IrqError};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::observer::report::{Counters, FunctionView};
-use crate::observer::EventSink;
+use crate::observer::{EventSink, ReuseCheck};
 use crate::ratelimit::{Budget, RateLimit};
+use crate::trace::{Record, Tracer};
 
 pub use faults::FaultAdded;
 pub use moves::{HeldFailures, MoveError, Stored, HELD_TOKENS};
@@ -156,6 +157,12 @@ pub struct Fabric {
     fault_log: Mutex<RateLimit>,
     /// Interrupts an `irq-delay` fault holds back, to the thread that raises them later.
     irq_delay: Mutex<Option<SyncSender<(Instant, File)>>>,
+    /// Records every operation when set (`serve --trace`).
+    tracer: OnceLock<Tracer>,
+    /// Replaying a trace: guest-memory reads come from the trace instead.
+    replaying: AtomicBool,
+    /// A replay's recorded reuse reads, per function, for its next moves.
+    replay_reuse: Mutex<Vec<VecDeque<ReuseCheck>>>,
 }
 
 impl Fabric {
@@ -179,7 +186,62 @@ impl Fabric {
             faults_on: AtomicBool::new(false),
             fault_log: Mutex::new(RateLimit::default()),
             irq_delay: Mutex::new(None),
+            tracer: OnceLock::new(),
+            replaying: AtomicBool::new(false),
+            replay_reuse: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Records every operation from now on (before the functions serve).
+    pub fn set_tracer(&self, tracer: Tracer) {
+        if self.tracer.set(tracer).is_err() {
+            log::warn!("a tracer was set already; the second one is ignored");
+        }
+    }
+
+    pub fn tracer(&self) -> Option<&Tracer> {
+        self.tracer.get()
+    }
+
+    /// Records an operation, if tracing (the record is built only then).
+    fn trace(&self, record: impl FnOnce(&Tracer) -> Record) {
+        if let Some(tracer) = self.tracer.get() {
+            tracer.record(record(tracer));
+        }
+    }
+
+    /// Makes this fabric a replay's: reads of guest memory (reuse checks, zeroing looks)
+    /// take the trace's results, given through [`Fabric::replay_reuse`] and
+    /// [`Fabric::replay_zero_tick`].
+    pub fn set_replaying(&self) {
+        self.replaying.store(true, Ordering::SeqCst);
+        *self.replay_reuse.lock().unwrap_or_else(|p| p.into_inner()) =
+            vec![VecDeque::new(); self.identities.len()];
+    }
+
+    pub(crate) fn replaying(&self) -> bool {
+        self.replaying.load(Ordering::Relaxed)
+    }
+
+    /// A recorded reuse read, for function `id`'s next move that asks for one.
+    pub fn replay_reuse(&self, id: FunctionId, check: ReuseCheck) {
+        if let Some(q) = self
+            .replay_reuse
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(id)
+        {
+            q.push_back(check);
+        }
+    }
+
+    fn next_replayed_reuse(&self, id: FunctionId) -> ReuseCheck {
+        self.replay_reuse
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(id)
+            .and_then(VecDeque::pop_front)
+            .unwrap_or(ReuseCheck::Unknown("not read"))
     }
 
     pub fn chid(&self) -> u16 {
@@ -221,6 +283,8 @@ impl Fabric {
 
     pub fn attach(&self, id: FunctionId) {
         let mut st = self.lock();
+        let _op = OpTime::begin();
+        self.trace(|_| Record::Attach { f: id });
         let f = &mut st.functions[id];
         f.attached = true;
         log::info!("{} (gid {:#018x}): client attached", f.name, f.gid);
@@ -229,8 +293,14 @@ impl Fabric {
 
     /// The function's client went away or reset it: drop its DMBs and mappings and tell
     /// every peer that shared DMBs with it, so their connections abort instead of hanging.
-    pub fn detach(&self, id: FunctionId, reason: &'static str, still_attached: bool) {
+    pub fn detach(&self, id: FunctionId, reason: &str, still_attached: bool) {
         let mut st = self.lock();
+        let _op = OpTime::begin();
+        self.trace(|_| Record::Detach {
+            f: id,
+            reason: reason.to_string(),
+            still_attached,
+        });
         let st = &mut *st;
         let gid = st.functions[id].gid;
         let mut peers = BTreeSet::new();
@@ -292,17 +362,33 @@ impl Fabric {
         offset: u64,
         writable: bool,
     ) -> Result<(), DmaError> {
-        self.lock().functions[id]
+        let mut st = self.lock();
+        let _op = OpTime::begin();
+        st.functions[id]
             .dma
-            .map(iova, size, file, offset, writable)
+            .map(iova, size, file, offset, writable)?;
+        // Only a mapping that took: a refused one changed nothing.
+        self.trace(|_| Record::DmaMap {
+            f: id,
+            iova,
+            size,
+            writable,
+        });
+        Ok(())
     }
 
     pub fn dma_unmap(&self, id: FunctionId, iova: u64, size: u64) -> u64 {
-        self.lock().functions[id].dma.unmap(iova, size)
+        let mut st = self.lock();
+        let _op = OpTime::begin();
+        self.trace(|_| Record::DmaUnmap { f: id, iova, size });
+        st.functions[id].dma.unmap(iova, size)
     }
 
     pub fn dma_unmap_all(&self, id: FunctionId) {
-        self.lock().functions[id].dma.clear();
+        let mut st = self.lock();
+        let _op = OpTime::begin();
+        self.trace(|_| Record::DmaUnmapAll { f: id });
+        st.functions[id].dma.clear();
     }
 
     pub fn set_irqs(

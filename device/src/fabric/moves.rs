@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::dma::{DmaError, DmaView, Scan};
-use crate::dmb::FunctionId;
+use crate::dmb::{FunctionId, OpTime};
 use crate::ism::{MoveAddress, MAX_MOVE_LEN};
 use crate::observer::{ReuseCheck, ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
 
 use super::{Fabric, FabricState};
+use crate::trace::{to_hex, MoveResult, MoveVia, Record, CDC_AREA};
 
 /// A rejected data move. The sender's PCISTB fails and its connection aborts.
 #[derive(Debug, thiserror::Error)]
@@ -122,10 +123,16 @@ impl Fabric {
             // The held failure is looked for under the same lock as the move itself,
             // and a move it refuses is timed and counted like any refused move.
             return self
-                .move_with(sender, window_offset, data, Some(addr.token))
+                .move_with(
+                    sender,
+                    window_offset,
+                    data,
+                    Some(addr.token),
+                    MoveVia::Store,
+                )
                 .map(|()| Stored::Landed);
         }
-        match self.move_with(sender, window_offset, data, None) {
+        match self.move_with(sender, window_offset, data, None, MoveVia::Store) {
             Ok(()) => Ok(Stored::Landed),
             Err(e) => {
                 let mut st = self.lock();
@@ -148,7 +155,7 @@ impl Fabric {
         window_offset: u64,
         data: &[u8],
     ) -> Result<(), MoveError> {
-        self.move_with(sender, window_offset, data, None)
+        self.move_with(sender, window_offset, data, None, MoveVia::Data)
     }
 
     /// [`Fabric::move_data`]; with `held_for` (the move's token), a failure held for that
@@ -159,12 +166,16 @@ impl Fabric {
         window_offset: u64,
         data: &[u8],
         held_for: Option<u64>,
+        via: MoveVia,
     ) -> Result<(), MoveError> {
         self.delay_move(sender);
         let started = Instant::now();
         let mut reuse = None;
         loop {
             let mut guard = self.lock();
+            // The move takes effect under this lock (a pass that only decides to read
+            // first changes nothing): its time is this lock's.
+            let _op = OpTime::begin();
             let st = &mut *guard;
             let held = held_for.and_then(|token| {
                 let cause = st.functions[sender].held.take(token)?;
@@ -187,20 +198,34 @@ impl Fabric {
                     counters.moves_out += 1;
                     counters.bytes_out += data.len() as u64;
                     counters.move_service.record(started.elapsed());
+                    self.trace_move(sender, via, window_offset, data, MoveResult::Landed);
                     return Ok(());
                 }
                 Ok(Step::ReadFirst(view)) => view,
                 Err(e) => {
                     counters.moves_rejected += 1;
                     counters.move_service.record(started.elapsed());
+                    // store_move holds the failure of a move without the signal.
+                    let result = if via == MoveVia::Store && held_for.is_none() {
+                        MoveResult::Held
+                    } else {
+                        MoveResult::Rejected
+                    };
+                    self.trace_move(sender, via, window_offset, data, result);
                     return Err(e);
                 }
             };
+            drop(_op);
             drop(guard);
-            reuse = Some(match view.nonzero() {
+            let check = match view.nonzero() {
                 Ok((stale, first)) => ReuseCheck::Read { stale, first },
                 Err(_) => ReuseCheck::Unknown("unreadable"),
+            };
+            self.trace(|_| Record::Reuse {
+                f: sender,
+                check: (&check).into(),
             });
+            reuse = Some(check);
         }
     }
 
@@ -252,15 +277,25 @@ impl Fabric {
         }
         if reuse.is_none() && self.events.wants_reuse_check(dmb, &addr, data) {
             let len = u64::from(dmb.len);
-            if !st.functions[sender].reuse_reads.take(Instant::now(), len) {
-                *reuse = Some(ReuseCheck::Unknown("over the read budget"));
+            if self.replaying() {
+                // A replay has no guest writes in its memory: the trace says what was read.
+                *reuse = Some(self.next_replayed_reuse(sender));
             } else {
-                match st.functions[dmb.owner].dma.view(dmb.iova, len) {
-                    Ok(view) => return Ok(Step::ReadFirst(view)),
-                    // Part of the DMB is unmapped: the move may still land (the write
-                    // below checks its own bytes), but the reuse cannot be judged.
-                    Err(_) => *reuse = Some(ReuseCheck::Unknown("DMB not all mapped")),
-                }
+                let unread = if !st.functions[sender].reuse_reads.take(Instant::now(), len) {
+                    ReuseCheck::Unknown("over the read budget")
+                } else {
+                    match st.functions[dmb.owner].dma.view(dmb.iova, len) {
+                        Ok(view) => return Ok(Step::ReadFirst(view)),
+                        // Part of the DMB is unmapped: the move may still land (the write
+                        // below checks its own bytes), but the reuse cannot be judged.
+                        Err(_) => ReuseCheck::Unknown("DMB not all mapped"),
+                    }
+                };
+                self.trace(|_| Record::Reuse {
+                    f: sender,
+                    check: (&unread).into(),
+                });
+                *reuse = Some(unread);
             }
         }
         let owner = &mut st.functions[dmb.owner];
@@ -325,7 +360,48 @@ impl Fabric {
             }
         }
         results.extend(jobs.into_iter().map(|(w, view)| (w.token, look(&w, &view))));
+        // Under the lock, so that the tick's place among the moves is the trace's.
+        let _st = self.lock();
+        let _op = OpTime::begin();
+        self.trace(|_| Record::ZeroTick {
+            results: results.iter().map(|&(t, s)| (t, s.into())).collect(),
+        });
         self.events.zero_scanned(&results)
+    }
+
+    /// A replayed tick of the zeroing watch: the recorded looks, applied as the watcher
+    /// applied them.
+    pub fn replay_zero_tick(&self, results: &[(u64, ZeroScan)]) -> usize {
+        let _st = self.lock();
+        self.events.zero_scanned(results)
+    }
+
+    /// Records a move (its bytes if payloads are recorded or it is in the CDC area).
+    fn trace_move(
+        &self,
+        f: FunctionId,
+        via: MoveVia,
+        window: u64,
+        data: &[u8],
+        result: MoveResult,
+    ) {
+        self.trace(|tracer| {
+            let recorded = if tracer.payload() {
+                Some(data)
+            } else if MoveAddress::decode(window).offset == 0 {
+                Some(&data[..data.len().min(CDC_AREA)])
+            } else {
+                None
+            };
+            Record::Move {
+                f,
+                via,
+                window,
+                len: data.len(),
+                data: recorded.map(to_hex),
+                result,
+            }
+        });
     }
 }
 

@@ -6,6 +6,7 @@
 
 use std::mem::size_of;
 
+use serde::{Deserialize, Serialize};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 pub use super::wire::opcode;
@@ -16,7 +17,7 @@ use super::{MAX_DMB_LEN, NR_DMBS, SBA_FIRST_DMB_BIT};
 pub const HEADER_LEN: usize = size_of::<ReqHeader>();
 
 /// A DMB registration request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DmbRequest {
     pub iova: u64,
     pub len: u32,
@@ -26,7 +27,9 @@ pub struct DmbRequest {
     pub rgid: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A decoded command (serde: as a trace records it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Command {
     RegSba {
         iova: u64,

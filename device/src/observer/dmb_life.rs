@@ -22,7 +22,7 @@
 //! guest keeps it dirty).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -188,6 +188,25 @@ pub enum ReuseCheck {
     Unknown(&'static str),
 }
 
+/// Why a reuse check may go unread (the reasons the fabric gives).
+const UNREAD_REASONS: &[&str] = &[
+    "over the read budget",
+    "DMB not all mapped",
+    "unreadable",
+    "not read",
+];
+
+impl ReuseCheck {
+    /// The reason among the fabric's with this text (a recorded trace's), or "unknown".
+    pub fn reason(text: &str) -> &'static str {
+        UNREAD_REASONS
+            .iter()
+            .find(|r| **r == text)
+            .copied()
+            .unwrap_or("unknown")
+    }
+}
+
 /// A closed DMB to look at: scan from `scan_from`, or first look at `dirty_at`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ZeroWatch {
@@ -212,7 +231,8 @@ pub enum ZeroScan {
 #[derive(Clone, Debug)]
 pub struct DmbLife {
     summary: DmbSummary,
-    closed_at: Option<Instant>,
+    /// When the last connection closed (`now_us`).
+    closed_us: Option<u64>,
     /// Zeroing was seen after the close, or the watch gave up.
     watch_done: bool,
     scan_from: u64,
@@ -234,6 +254,13 @@ pub struct Tracker {
     dmbs: BTreeMap<u64, DmbLife>,
     /// Zeroing-watch ticks so far.
     tick: u64,
+}
+
+/// The time since `then` (both `now_us`), zero if there was none.
+fn since(then: Option<u64>) -> Duration {
+    then.map_or(Duration::ZERO, |t| {
+        Duration::from_micros(now_us().saturating_sub(t))
+    })
 }
 
 fn is_cdc(addr: &MoveAddress, data: &[u8]) -> bool {
@@ -277,7 +304,7 @@ impl Tracker {
                     signals: 0,
                     recent: Vec::new(),
                 },
-                closed_at: None,
+                closed_us: None,
                 watch_done: false,
                 scan_from: 0,
                 dirty_at: None,
@@ -398,7 +425,7 @@ impl Tracker {
             s.recent.remove(0);
         }
         s.recent.push(record);
-        life.closed_at = None;
+        life.closed_us = None;
         life.watch_done = false;
         events.push(s.event(What::ConnOpened { rgid: s.rgid, conn }));
         events
@@ -430,7 +457,7 @@ impl Tracker {
             record.how = Some(how.to_string());
             record.bytes
         });
-        life.closed_at = Some(Instant::now());
+        life.closed_us = Some(now_us());
         life.scan_from = 0;
         life.dirty_at = None;
         let s = &mut life.summary;
@@ -483,7 +510,7 @@ impl Tracker {
             life.looked_at = self.tick;
             match scan {
                 ZeroScan::Zero => {
-                    let waited = life.closed_at.map_or(Duration::ZERO, |t| t.elapsed());
+                    let waited = since(life.closed_us);
                     let delay_ms = waited.as_secs_f64() * 1e3;
                     if let Some(record) = life.current() {
                         record.zeroed_after_ms = Some(delay_ms);
@@ -510,7 +537,7 @@ impl Tracker {
         }
         let mut pending = 0;
         for life in self.dmbs.values_mut().filter(|l| Self::watched(l)) {
-            let waited = life.closed_at.map_or(Duration::ZERO, |t| t.elapsed());
+            let waited = since(life.closed_us);
             if waited < ZERO_WATCH_LIMIT {
                 pending += 1;
                 continue;

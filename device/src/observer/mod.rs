@@ -24,7 +24,7 @@ use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -158,6 +158,9 @@ enum Output {
         function: String,
         gid: u64,
         line: String,
+        /// The event's time: a function's share of the stream is counted per second of
+        /// event time, so a replayed trace drops what the live run dropped.
+        time_us: u64,
     },
     /// Answered once every line queued before it is out.
     Sync(SyncSender<()>),
@@ -166,7 +169,7 @@ enum Output {
 /// One function's share of the stream in the current second.
 struct Window {
     gid: u64,
-    start: Instant,
+    start_us: u64,
     sent: u64,
     dropped: u64,
 }
@@ -202,7 +205,8 @@ impl Writer {
                     function,
                     gid,
                     line,
-                } => self.line(function, gid, line),
+                    time_us,
+                } => self.line(function, gid, line, time_us),
                 Output::Sync(done) => {
                     self.report_dropped();
                     self.flush();
@@ -212,17 +216,16 @@ impl Writer {
         }
     }
 
-    fn line(&mut self, function: String, gid: u64, line: String) {
-        let now = Instant::now();
+    fn line(&mut self, function: String, gid: u64, line: String, time_us: u64) {
         let window = self.windows.entry(function.clone()).or_insert(Window {
             gid,
-            start: now,
+            start_us: time_us,
             sent: 0,
             dropped: 0,
         });
-        if now.duration_since(window.start) >= Duration::from_secs(1) {
+        if time_us.saturating_sub(window.start_us) >= 1_000_000 {
             let dropped = std::mem::take(&mut window.dropped);
-            window.start = now;
+            window.start_us = time_us;
             window.sent = 0;
             if dropped > 0 {
                 self.dropped_line(&function, gid, dropped);
@@ -353,12 +356,14 @@ impl Observer {
     /// Publishes an event. Never blocks: when the writer is behind, the line is counted
     /// as dropped and an `events_dropped` line says how many.
     pub fn emit(&self, event: ObservedEvent) {
-        let line = to_json_line(now_us(), &event);
+        let time_us = now_us();
+        let line = to_json_line(time_us, &event);
         log::debug!("event {line}");
         let out = Output::Line {
             function: event.function,
             gid: event.gid,
             line,
+            time_us,
         };
         if let Err(TrySendError::Full(_)) = self.out.try_send(out) {
             self.queue_dropped.fetch_add(1, Ordering::Relaxed);

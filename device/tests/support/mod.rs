@@ -36,6 +36,11 @@ pub struct Machine {
 
 impl Machine {
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, |_| {})
+    }
+
+    /// The same, with `setup` run on the fabric before the functions serve (a tracer).
+    pub fn start_with(n: usize, setup: impl FnOnce(&Fabric)) -> Self {
         let _ = env_logger::builder().is_test(true).try_init();
         let dir = TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-test-")).unwrap();
         let functions = (0..n)
@@ -43,6 +48,7 @@ impl Machine {
             .collect();
         let observer = Arc::new(Observer::default());
         let fabric = Arc::new(Fabric::new(CHID, functions, observer.clone()));
+        setup(&fabric);
         let sockets: Vec<PathBuf> = (0..n)
             .map(|i| dir.as_path().join(format!("ism{i}.sock")))
             .collect();

@@ -1,0 +1,212 @@
+//! Replaying a recorded trace (crate::trace) through the device model and the observer,
+//! without QEMU or guests: `ism-emu replay TRACE`.
+//!
+//! A fresh fabric with the trace's functions carries out each operation at its recorded
+//! time ([`OpTime`]), on guest memory of its own (a sparse memfd per DMA mapping), with
+//! the guest-memory reads the trace recorded. The observer then sees what the live one
+//! saw and says the same: its events and its DMB summaries come out equal to the live
+//! run's. The device's answers (each command's `ret`, each move's outcome) are compared
+//! with the recorded ones; a difference means the device model changed since the trace
+//! was taken (or the trace is incomplete), and is reported.
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::memfd::{memfd_create, MFdFlags};
+
+use crate::dmb::OpTime;
+use crate::fabric::{Fabric, Stored};
+use crate::fault::FaultSpec;
+use crate::ism::command::CommandError;
+use crate::observer::{EventSink, Observer};
+use crate::trace::{self, from_hex, MoveResult, MoveVia, Record, TraceError};
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("record {index}: function {f} is not in the trace's header")]
+    NoSuchFunction { index: usize, f: usize },
+    #[error("record {index}: guest memory for a mapping of {size:#x} bytes")]
+    Memory {
+        index: usize,
+        size: u64,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What a replay did.
+#[derive(Debug, Default)]
+pub struct ReplayReport {
+    pub records: usize,
+    pub commands: usize,
+    pub moves: usize,
+    pub zero_ticks: usize,
+    /// Operations whose outcome differed from the recorded one (the first few described).
+    pub mismatches: usize,
+    pub first_mismatches: Vec<String>,
+    /// Records the live writer lost: the replay is of an incomplete trace.
+    pub lost: u64,
+}
+
+impl ReplayReport {
+    fn mismatch(&mut self, index: usize, what: String) {
+        self.mismatches += 1;
+        if self.first_mismatches.len() < 10 {
+            self.first_mismatches
+                .push(format!("record {index}: {what}"));
+        }
+    }
+}
+
+/// Guest memory for one replayed mapping: sealed like QEMU's, sparse until written.
+fn guest_memory(size: u64) -> io::Result<File> {
+    let flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+    let file = File::from(memfd_create(c"replay-ram", flags).map_err(io::Error::from)?);
+    file.set_len(size)?;
+    let seals = SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK;
+    fcntl(&file, FcntlArg::F_ADD_SEALS(seals)).map_err(io::Error::from)?;
+    Ok(file)
+}
+
+/// Replays the trace at `path` into `observer`; returns the fabric (for its views) and
+/// what happened.
+pub fn replay(
+    path: &Path,
+    observer: Arc<Observer>,
+) -> Result<(Arc<Fabric>, ReplayReport), ReplayError> {
+    let (header, records) = trace::read(path)?;
+    let functions = header
+        .functions
+        .iter()
+        .map(|f| (f.name.clone(), f.gid))
+        .collect::<Vec<_>>();
+    let n = functions.len();
+    let sink: Arc<dyn EventSink> = observer.clone();
+    let fabric = Arc::new(Fabric::new(header.chid, functions, sink));
+    fabric.set_replaying();
+    let mut report = ReplayReport {
+        records: records.len(),
+        ..ReplayReport::default()
+    };
+    for (index, (t, record)) in records.into_iter().enumerate() {
+        let index = index + 2; // the file's line number
+        let _op = OpTime::at(t);
+        let f = match &record {
+            Record::Attach { f }
+            | Record::Detach { f, .. }
+            | Record::DmaMap { f, .. }
+            | Record::DmaUnmap { f, .. }
+            | Record::DmaUnmapAll { f }
+            | Record::Cmd { f, .. }
+            | Record::Undecodable { f }
+            | Record::Move { f, .. }
+            | Record::Reuse { f, .. }
+            | Record::Irq { f, .. } => Some(*f),
+            _ => None,
+        };
+        if let Some(f) = f.filter(|&f| f >= n) {
+            return Err(ReplayError::NoSuchFunction { index, f });
+        }
+        match record {
+            Record::Attach { f } => fabric.attach(f),
+            Record::Detach {
+                f,
+                reason,
+                still_attached,
+            } => fabric.detach(f, &reason, still_attached),
+            Record::DmaMap {
+                f,
+                iova,
+                size,
+                writable,
+            } => {
+                let memory = guest_memory(size).map_err(|source| ReplayError::Memory {
+                    index,
+                    size,
+                    source,
+                })?;
+                if let Err(e) = fabric.dma_map(f, iova, size, Some(memory), 0, writable) {
+                    report.mismatch(
+                        index,
+                        format!("DMA map of {size:#x} at {iova:#x} refused: {e}"),
+                    );
+                }
+            }
+            Record::DmaUnmap { f, iova, size } => {
+                fabric.dma_unmap(f, iova, size);
+            }
+            Record::DmaUnmapAll { f } => fabric.dma_unmap_all(f),
+            Record::Cmd { f, cmd, ret } => {
+                report.commands += 1;
+                let got = fabric
+                    .execute(f, cmd)
+                    .err()
+                    .map_or(0, |e: CommandError| e.ret());
+                if got != ret {
+                    report.mismatch(
+                        index,
+                        format!("{cmd:?}: ret {got:#06x}, recorded {ret:#06x}"),
+                    );
+                }
+            }
+            Record::Undecodable { f } => fabric.command_undecodable(f),
+            Record::Reuse { f, check } => fabric.replay_reuse(f, (&check).into()),
+            Record::Move {
+                f,
+                via,
+                window,
+                len,
+                data,
+                result,
+            } => {
+                report.moves += 1;
+                // Bytes not recorded are zeros: the observer reads moves only in the CDC
+                // area, which is always recorded.
+                let mut bytes = data.as_deref().and_then(from_hex).unwrap_or_default();
+                bytes.resize(len, 0);
+                let got = match via {
+                    MoveVia::Store => match fabric.store_move(f, window, &bytes) {
+                        Ok(Stored::Landed) => MoveResult::Landed,
+                        Ok(Stored::Held(_)) => MoveResult::Held,
+                        Err(_) => MoveResult::Rejected,
+                    },
+                    MoveVia::Data => match fabric.move_data(f, window, &bytes) {
+                        Ok(()) => MoveResult::Landed,
+                        Err(_) => MoveResult::Rejected,
+                    },
+                };
+                if got != result {
+                    report.mismatch(
+                        index,
+                        format!("move at {window:#x} ({len} bytes): {got:?}, recorded {result:?}"),
+                    );
+                }
+            }
+            Record::ZeroTick { results } => {
+                report.zero_ticks += 1;
+                let results: Vec<_> = results.into_iter().map(|(t, s)| (t, s.into())).collect();
+                fabric.replay_zero_tick(&results);
+            }
+            // The interrupts follow from the moves; nothing to do.
+            Record::Irq { .. } => {}
+            Record::FaultAdd { spec } => {
+                let added = FaultSpec::parse(&spec).and_then(|s| fabric.add_fault(s));
+                if let Err(e) = added {
+                    report.mismatch(index, format!("fault {spec}: {e}"));
+                }
+            }
+            Record::FaultClear { id } => {
+                fabric.clear_faults(id);
+            }
+            Record::Lost { count } => report.lost += count,
+        }
+    }
+    observer.sync();
+    Ok((fabric, report))
+}

@@ -1,0 +1,487 @@
+//! Recorded traces: everything the device is asked to do, in order, so that a run can be
+//! replayed offline through the same device model and observer (`ism-emu replay`).
+//!
+//! Format (docs/trace.md): JSON lines. The first is a [`Header`] (`"trace":"ism-emu"`,
+//! `version`, the fabric's CHID and functions); each following line is one operation
+//! with its time `t` (µs since the Unix epoch, the time the observer gave its events) and
+//! `op`. The fabric records an operation under its lock, so the order of the lines is
+//! the order in which the operations changed the device's state.
+//!
+//! What the device reads from guest memory on its own (the reuse check before a reused
+//! connection's first move, the zeroing watch's looks) depends on what the *guest* wrote
+//! there, which no operation carries: the trace records those reads' results, and a
+//! replay uses them instead of reading. Move payloads are recorded only with
+//! `--trace-payload`, except the first 32 bytes of a DMB (where the peer writes its CDC
+//! messages, which the observer follows): a trace holds no user data by default; a
+//! replayed move without its bytes writes zeros after the recorded ones.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dmb::{now_us, FunctionId};
+use crate::ism::command::Command;
+use crate::observer::json::{chid, hex};
+use crate::observer::{ReuseCheck, ZeroScan};
+
+/// The format's version: a replay refuses other versions.
+pub const VERSION: u32 = 1;
+/// Bytes at the start of a DMB that are always recorded: the CDC message a peer writes
+/// there (32 bytes; the user's data starts after it), which is all of a move the
+/// observer reads.
+pub const CDC_AREA: usize = crate::observer::dmb_life::cdc::LEN;
+/// Records queued for the writer; beyond it records are lost (and counted in the trace).
+const QUEUE: usize = 1 << 16;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Header {
+    /// Always "ism-emu".
+    pub trace: String,
+    pub version: u32,
+    #[serde(with = "chid")]
+    pub chid: u16,
+    pub functions: Vec<FunctionHeader>,
+    /// Whether move payloads were recorded (`--trace-payload`).
+    pub payload: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FunctionHeader {
+    pub name: String,
+    #[serde(with = "hex")]
+    pub gid: u64,
+}
+
+/// How a move reached the fabric.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MoveVia {
+    /// `Fabric::store_move`: the backend's path (a failure without the signal is held).
+    Store,
+    /// `Fabric::move_data`.
+    Data,
+}
+
+/// What became of a recorded move.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MoveResult {
+    Landed,
+    Held,
+    Rejected,
+}
+
+/// A reuse check's result as recorded.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ReuseRecord {
+    Read { stale: u64, first: Option<u64> },
+    Unknown(String),
+}
+
+impl From<&ReuseCheck> for ReuseRecord {
+    fn from(check: &ReuseCheck) -> Self {
+        match check {
+            ReuseCheck::Read { stale, first } => ReuseRecord::Read {
+                stale: *stale,
+                first: *first,
+            },
+            ReuseCheck::Unknown(why) => ReuseRecord::Unknown(why.to_string()),
+        }
+    }
+}
+
+impl From<&ReuseRecord> for ReuseCheck {
+    fn from(record: &ReuseRecord) -> Self {
+        match record {
+            ReuseRecord::Read { stale, first } => ReuseCheck::Read {
+                stale: *stale,
+                first: *first,
+            },
+            ReuseRecord::Unknown(why) => ReuseCheck::Unknown(ReuseCheck::reason(why)),
+        }
+    }
+}
+
+/// A zeroing look's result as recorded.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ScanRecord {
+    Zero,
+    Dirty(u64),
+    ZeroUpTo(u64),
+    Unreadable,
+}
+
+impl From<ZeroScan> for ScanRecord {
+    fn from(scan: ZeroScan) -> Self {
+        match scan {
+            ZeroScan::Zero => ScanRecord::Zero,
+            ZeroScan::Dirty(at) => ScanRecord::Dirty(at),
+            ZeroScan::ZeroUpTo(at) => ScanRecord::ZeroUpTo(at),
+            ZeroScan::Unreadable => ScanRecord::Unreadable,
+        }
+    }
+}
+
+impl From<ScanRecord> for ZeroScan {
+    fn from(scan: ScanRecord) -> Self {
+        match scan {
+            ScanRecord::Zero => ZeroScan::Zero,
+            ScanRecord::Dirty(at) => ZeroScan::Dirty(at),
+            ScanRecord::ZeroUpTo(at) => ZeroScan::ZeroUpTo(at),
+            ScanRecord::Unreadable => ZeroScan::Unreadable,
+        }
+    }
+}
+
+/// One operation. `f` is the function's index (its position in the header).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Record {
+    Attach {
+        f: FunctionId,
+    },
+    Detach {
+        f: FunctionId,
+        reason: String,
+        still_attached: bool,
+    },
+    DmaMap {
+        f: FunctionId,
+        #[serde(with = "hex")]
+        iova: u64,
+        #[serde(with = "hex")]
+        size: u64,
+        writable: bool,
+    },
+    DmaUnmap {
+        f: FunctionId,
+        #[serde(with = "hex")]
+        iova: u64,
+        #[serde(with = "hex")]
+        size: u64,
+    },
+    DmaUnmapAll {
+        f: FunctionId,
+    },
+    /// A command and the `ret` it was answered with (0: success).
+    Cmd {
+        f: FunctionId,
+        cmd: Command,
+        ret: u16,
+    },
+    /// A command that did not decode (it never reached the fabric's state).
+    Undecodable {
+        f: FunctionId,
+    },
+    /// A data move: the store's offset in the move window, its length, its bytes (hex;
+    /// all of them with `--trace-payload`, else only those in the CDC area), and its
+    /// outcome.
+    Move {
+        f: FunctionId,
+        via: MoveVia,
+        #[serde(with = "hex")]
+        window: u64,
+        len: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data: Option<String>,
+        result: MoveResult,
+    },
+    /// The reuse check's read for the move that follows (by the same function).
+    Reuse {
+        f: FunctionId,
+        check: ReuseRecord,
+    },
+    /// One tick of the zeroing watch: what each look found, by token.
+    ZeroTick {
+        results: Vec<(u64, ScanRecord)>,
+    },
+    /// The interrupt of a signalling move into a DMB of `f`.
+    Irq {
+        f: FunctionId,
+        #[serde(with = "hex")]
+        token: u64,
+        how: String,
+    },
+    FaultAdd {
+        spec: String,
+    },
+    FaultClear {
+        id: Option<u32>,
+    },
+    /// Records the writer could not keep up with: the trace is incomplete here.
+    Lost {
+        count: u64,
+    },
+}
+
+#[derive(Serialize, Deserialize)]
+struct Line {
+    t: u64,
+    #[serde(flatten)]
+    record: Record,
+}
+
+enum Msg {
+    Line(String),
+    Sync(SyncSender<()>),
+}
+
+/// Why a trace could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot write the trace {}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot read the trace {}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{}: line {line}: {why}", path.display())]
+    Bad {
+        path: PathBuf,
+        line: usize,
+        why: String,
+    },
+    #[error("{}: not an ism-emu trace of version {VERSION} (header {found:?})", path.display())]
+    Version { path: PathBuf, found: String },
+}
+
+/// Writes a trace from its own thread: recording never blocks and never does I/O.
+pub struct Tracer {
+    tx: SyncSender<Msg>,
+    lost: std::sync::Arc<AtomicU64>,
+    payload: bool,
+}
+
+impl Tracer {
+    /// Creates `path` (truncating it), writes the header, starts the writer.
+    pub fn create(path: &Path, header: &Header) -> Result<Self, TraceError> {
+        let create = |source| TraceError::Create {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = BufWriter::new(File::create(path).map_err(create)?);
+        let line = serde_json::to_string(header).map_err(|e| create(e.into()))?;
+        writeln!(file, "{line}").map_err(create)?;
+        let (tx, rx) = sync_channel(QUEUE);
+        let lost = std::sync::Arc::new(AtomicU64::new(0));
+        let writer_lost = std::sync::Arc::clone(&lost);
+        std::thread::Builder::new()
+            .name("trace".into())
+            .spawn(move || write_lines(file, rx, &writer_lost))
+            .map_err(create)?;
+        Ok(Self {
+            tx,
+            lost,
+            payload: header.payload,
+        })
+    }
+
+    /// Whether move payloads are recorded.
+    pub fn payload(&self) -> bool {
+        self.payload
+    }
+
+    /// Records one operation at the current (operation's) time.
+    pub fn record(&self, record: Record) {
+        let line = Line {
+            t: now_us(),
+            record,
+        };
+        let Ok(text) = serde_json::to_string(&line) else {
+            return;
+        };
+        if let Err(TrySendError::Full(_)) = self.tx.try_send(Msg::Line(text)) {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until every record so far is in the file.
+    pub fn sync(&self) {
+        let (done, wait) = sync_channel(1);
+        if self.tx.send(Msg::Sync(done)).is_ok() {
+            let _ = wait.recv();
+        }
+    }
+}
+
+fn write_lines(mut file: BufWriter<File>, rx: Receiver<Msg>, lost: &AtomicU64) {
+    let mut failed = false;
+    let mut put = |file: &mut BufWriter<File>, text: &str| {
+        if !failed {
+            if let Err(e) = writeln!(file, "{text}") {
+                log::error!("trace: {e}; nothing more is recorded");
+                failed = true;
+            }
+        }
+    };
+    loop {
+        let msg = match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(msg) => msg,
+            Err(RecvTimeoutError::Timeout) => {
+                let _ = file.flush();
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let count = lost.swap(0, Ordering::Relaxed);
+        if count > 0 {
+            let line = Line {
+                t: now_us(),
+                record: Record::Lost { count },
+            };
+            if let Ok(text) = serde_json::to_string(&line) {
+                log::warn!("trace: {count} records lost (the writer was behind)");
+                put(&mut file, &text);
+            }
+        }
+        match msg {
+            Msg::Line(text) => put(&mut file, &text),
+            Msg::Sync(done) => {
+                let _ = file.flush();
+                let _ = done.send(());
+            }
+        }
+    }
+    let _ = file.flush();
+}
+
+/// Reads a whole trace: its header and its operations with their times.
+pub fn read(path: &Path) -> Result<(Header, Vec<(u64, Record)>), TraceError> {
+    let file = File::open(path).map_err(|source| TraceError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let bad = |line: usize, why: String| TraceError::Bad {
+        path: path.to_path_buf(),
+        line,
+        why,
+    };
+    let mut lines = BufReader::new(file).lines();
+    let first = lines
+        .next()
+        .transpose()
+        .map_err(|e| bad(1, e.to_string()))?
+        .unwrap_or_default();
+    let header: Header = serde_json::from_str(&first)
+        .ok()
+        .filter(|h: &Header| h.trace == "ism-emu" && h.version == VERSION)
+        .ok_or_else(|| TraceError::Version {
+            path: path.to_path_buf(),
+            found: first.chars().take(120).collect(),
+        })?;
+    let mut records = Vec::new();
+    for (i, line) in lines.enumerate() {
+        let line = line.map_err(|e| bad(i + 2, e.to_string()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed: Line = serde_json::from_str(&line).map_err(|e| bad(i + 2, e.to_string()))?;
+        records.push((parsed.t, parsed.record));
+    }
+    Ok((header, records))
+}
+
+/// Lower-case hex of `data`.
+pub fn to_hex(data: &[u8]) -> String {
+    data.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a hex string (`None` if it is not one).
+pub fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_a_file() {
+        let dir = vmm_sys_util::tempdir::TempDir::new().unwrap();
+        let path = dir.as_path().join("t.jsonl");
+        let header = Header {
+            trace: "ism-emu".into(),
+            version: VERSION,
+            chid: 0x1234,
+            functions: vec![FunctionHeader {
+                name: "ism0".into(),
+                gid: 0x1234_0049_534d_0001,
+            }],
+            payload: false,
+        };
+        let tracer = Tracer::create(&path, &header).unwrap();
+        let records = vec![
+            Record::Attach { f: 0 },
+            Record::Cmd {
+                f: 0,
+                cmd: Command::UnregDmb { token: 1 << 32 },
+                ret: 0xffff,
+            },
+            Record::Move {
+                f: 0,
+                via: MoveVia::Store,
+                window: 0x1_0080_0000,
+                len: 3,
+                data: Some(to_hex(b"abc")),
+                result: MoveResult::Held,
+            },
+            Record::Reuse {
+                f: 0,
+                check: ReuseRecord::Unknown("over the read budget".into()),
+            },
+            Record::ZeroTick {
+                results: vec![(1 << 32, ScanRecord::Dirty(7))],
+            },
+        ];
+        for r in &records {
+            tracer.record(r.clone());
+        }
+        tracer.sync();
+        let (read_header, read_records) = read(&path).unwrap();
+        assert_eq!(read_header, header);
+        let got: Vec<Record> = read_records.into_iter().map(|(_, r)| r).collect();
+        assert_eq!(got, records);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_trace_is_refused_with_its_line() {
+        let dir = vmm_sys_util::tempdir::TempDir::new().unwrap();
+        let path = dir.as_path().join("t.jsonl");
+        std::fs::write(&path, "{\"time_us\":1}\n").unwrap();
+        assert!(matches!(read(&path), Err(TraceError::Version { .. })));
+        let header =
+            r#"{"trace":"ism-emu","version":1,"chid":"0x1234","functions":[],"payload":false}"#;
+        std::fs::write(&path, format!("{header}\n{{\"t\":1,\"op\":\"explode\"}}\n")).unwrap();
+        let err = read(&path).unwrap_err();
+        assert!(matches!(err, TraceError::Bad { line: 2, .. }), "{err}");
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        assert_eq!(
+            from_hex(&to_hex(&[0, 1, 0xfe, 0xff])),
+            Some(vec![0, 1, 0xfe, 0xff])
+        );
+        assert_eq!(from_hex("abc"), None);
+        assert_eq!(from_hex("zz"), None);
+    }
+}
