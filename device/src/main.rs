@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use ism_emu::default_gid;
 use ism_emu::fabric::Fabric;
@@ -36,33 +36,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve ISM functions, one vfio-user socket each, all on one fabric.
-    Serve {
-        /// Fabric (machine) CHID: nonzero and outside 0xff00-0xffff, as SMC-Dv2 requires.
-        #[arg(long, default_value = "0x1234", value_parser = parse_chid)]
-        chid: u16,
-        /// A vfio-user socket to serve one function on (repeat for more functions).
-        /// Functions are named ism0, ism1, ... in this order.
-        #[arg(long = "socket", required = true)]
-        sockets: Vec<PathBuf>,
-        /// Control socket for `ism-emu observe`.
-        #[arg(long)]
-        control: Option<PathBuf>,
-        /// Append the event stream (JSON lines) to this file.
-        #[arg(long)]
-        events: Option<PathBuf>,
-        /// A fault rule in force from the start (repeatable); grammar in docs/faults.md,
-        /// e.g. `cmd=reg_dmb@ism1,rc=0x6,next=1` or `move@ism0,every=50`.
-        #[arg(long = "fault", value_parser = parse_fault)]
-        faults: Vec<FaultSpec>,
-        /// Record everything the device is asked to do to this file (docs/trace.md), for
-        /// `ism-emu replay`.
-        #[arg(long)]
-        trace: Option<PathBuf>,
-        /// Record the moves' data too (default: only the CDC area at the start of each
-        /// DMB, no user data).
-        #[arg(long, requires = "trace")]
-        trace_payload: bool,
-    },
+    Serve(ServeOpts),
     /// Run a recorded trace through the device model and the observer, without QEMU:
     /// prints the DMBs and the verdict the live run's observer gave.
     Replay {
@@ -224,23 +198,7 @@ fn main() -> ExitCode {
     logger.format_timestamp_millis().init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Serve {
-            chid,
-            sockets,
-            control,
-            events,
-            faults,
-            trace,
-            trace_payload,
-        } => serve(ServeOpts {
-            chid,
-            sockets,
-            control,
-            events,
-            faults,
-            trace,
-            trace_payload,
-        }),
+        Cmd::Serve(opts) => serve(opts),
         Cmd::Replay {
             trace,
             events,
@@ -259,13 +217,32 @@ fn main() -> ExitCode {
 }
 
 /// What `serve` was asked for.
+#[derive(Args)]
 struct ServeOpts {
+    /// Fabric (machine) CHID: nonzero and outside 0xff00-0xffff, as SMC-Dv2 requires.
+    #[arg(long, default_value = "0x1234", value_parser = parse_chid)]
     chid: u16,
+    /// A vfio-user socket to serve one function on (repeat for more functions).
+    /// Functions are named ism0, ism1, ... in this order.
+    #[arg(long = "socket", required = true)]
     sockets: Vec<PathBuf>,
+    /// Control socket for `ism-emu observe`.
+    #[arg(long)]
     control: Option<PathBuf>,
+    /// Append the event stream (JSON lines) to this file.
+    #[arg(long)]
     events: Option<PathBuf>,
+    /// A fault rule in force from the start (repeatable); grammar in docs/faults.md,
+    /// e.g. `cmd=reg_dmb@ism1,rc=0x6,next=1` or `move@ism0,every=50`.
+    #[arg(long = "fault", value_parser = parse_fault)]
     faults: Vec<FaultSpec>,
+    /// Record everything the device is asked to do to this file (docs/trace.md), for
+    /// `ism-emu replay`.
+    #[arg(long)]
     trace: Option<PathBuf>,
+    /// Record the moves' data too (default: only the CDC area at the start of each
+    /// DMB, no user data).
+    #[arg(long, requires = "trace")]
     trace_payload: bool,
 }
 

@@ -21,15 +21,6 @@ const SAMPLE_FOR: Duration = Duration::from_millis(500);
 const ATTEMPTS: usize = 3;
 const MIB: u64 = 1 << 20;
 
-/// A 32-byte CDC message with connection-state byte `state`.
-fn cdc(state: u8) -> Vec<u8> {
-    let mut m = vec![0u8; 32];
-    m[0] = 0xfe;
-    m[23] = state;
-    m
-}
-const CLOSED: u8 = 0x40;
-
 struct Stats {
     p50: Duration,
     p99: Duration,
@@ -130,7 +121,7 @@ fn closed_dmbs_with_a_dirty_last_byte(m: &Machine, count: u32) -> Guest {
         assert_eq!(r.ret, 0, "REG_DMB {i}");
         let token = r.get::<wire::RegDmbResponse>().unwrap().dmb_tok.get();
         g.store_move(token, 0, true, 0, &cdc(0)).unwrap();
-        g.store_move(token, 0, true, 0, &cdc(CLOSED)).unwrap();
+        g.store_move(token, 0, true, 0, &cdc(CDC_CLOSED)).unwrap();
         let at = MIB + u64::from(i) * MIB;
         g.ram.write(at, &[0; 32]).unwrap();
         g.ram.write(at + MIB - 1, &[1]).unwrap();
@@ -183,7 +174,7 @@ fn a_hostile_function_does_not_stall_another_functions_moves() {
     let (reuse, amplifier) = during(
         amplifier,
         move |g| {
-            g.store_move(token, 0, true, 0, &cdc(CLOSED)).unwrap();
+            g.store_move(token, 0, true, 0, &cdc(CDC_CLOSED)).unwrap();
             g.store_move(token, 0, false, 4096, b"x").unwrap();
         },
         || {

@@ -12,21 +12,6 @@ use ism_emu::trace::{self, FunctionHeader, Header, Tracer};
 use support::*;
 use vmm_sys_util::tempdir::TempDir;
 
-const CLOSED: u8 = 0x40;
-
-fn cdc(conn_state: u8) -> Vec<u8> {
-    let mut m = vec![0u8; 32];
-    m[0] = 0xfe;
-    m[23] = conn_state;
-    m
-}
-
-fn connection(peer: &mut Guest, dmb: &Dmb, payload: &[u8]) {
-    peer.move_data(dmb.token, 32, payload, false).unwrap();
-    peer.move_data(dmb.token, 0, &cdc(0), true).unwrap();
-    peer.move_data(dmb.token, 0, &cdc(CLOSED), true).unwrap();
-}
-
 fn header(n: usize, payload: bool) -> Header {
     Header {
         trace: "ism-emu".into(),
@@ -53,14 +38,7 @@ fn record(path: &std::path::Path, payload: bool) -> (Vec<String>, String) {
     let mut owner = m.guest(0);
     let mut peer = m.guest(1);
     let dmb = owner.reg_dmb(16384, default_gid(CHID, 1));
-    connection(&mut peer, &dmb, &[7u8; 1000]);
-    owner
-        .ram
-        .write(dmb.ram_offset, &vec![0u8; dmb.len as usize])
-        .unwrap();
-    m.fabric.poll_zeroing();
-    connection(&mut peer, &dmb, b"second");
-    m.fabric.poll_zeroing();
+    zeroed_then_reused(&m, &mut owner, &mut peer, &dmb);
     m.fabric
         .add_fault(FaultSpec::parse("cmd=unreg_dmb@ism0,rc=0x77,next=1").unwrap())
         .unwrap();

@@ -18,20 +18,6 @@ use support::*;
 use vmm_sys_util::tempdir::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ism-emu");
-const CLOSED: u8 = 0x40;
-
-fn cdc(conn_state: u8) -> Vec<u8> {
-    let mut m = vec![0u8; 32];
-    m[0] = 0xfe;
-    m[23] = conn_state;
-    m
-}
-
-fn connection(peer: &mut Guest, dmb: &Dmb, payload: &[u8]) {
-    peer.move_data(dmb.token, 32, payload, false).unwrap();
-    peer.move_data(dmb.token, 0, &cdc(0), true).unwrap();
-    peer.move_data(dmb.token, 0, &cdc(CLOSED), true).unwrap();
-}
 
 fn named<'a>(doc: &'a TraceDocument, name: &str) -> Vec<&'a TraceEvent> {
     doc.trace_events.iter().filter(|e| e.name == name).collect()
@@ -44,14 +30,7 @@ fn a_dmbs_life_over_the_real_sockets_becomes_its_track() {
     let mut owner = m.guest(0);
     let mut peer = m.guest(1);
     let dmb = owner.reg_dmb(16384, default_gid(CHID, 1));
-    connection(&mut peer, &dmb, &[7u8; 1000]);
-    owner
-        .ram
-        .write(dmb.ram_offset, &vec![0u8; dmb.len as usize])
-        .unwrap();
-    m.fabric.poll_zeroing();
-    connection(&mut peer, &dmb, b"second");
-    m.fabric.poll_zeroing();
+    zeroed_then_reused(&m, &mut owner, &mut peer, &dmb);
     connection(&mut peer, &dmb, b"third, on a DMB nobody zeroed");
     owner.unreg_dmb(dmb.token);
     m.observer.sync();
@@ -194,11 +173,9 @@ fn exits_within(child: &mut Child, patience: Duration) -> Option<std::process::E
     None
 }
 
-#[test]
-fn live_follows_until_sigint_then_writes_what_it_saw() {
-    let dir = tempdir();
-    let dir = dir.as_path();
-    let _serve = Running(
+/// `ism-emu serve` with one function and a control socket in `dir`, ready.
+fn serve_one(dir: &Path) -> Running {
+    let serve = Running(
         Command::new(BIN)
             .args(["serve", "--socket"])
             .arg(dir.join("a.sock"))
@@ -209,17 +186,32 @@ fn live_follows_until_sigint_then_writes_what_it_saw() {
             .unwrap(),
     );
     assert!(wait_for(&dir.join("ctl")));
-    let out = dir.join("live.json");
-    let mut follow = Running(
+    serve
+}
+
+/// `ism-emu observe timeline [ARGS] --out OUT` against the emulator in `dir`.
+fn timeline(dir: &Path, args: &[&str], out: &Path) -> Running {
+    Running(
         Command::new(BIN)
             .args(["observe", "--control"])
             .arg(dir.join("ctl"))
-            .args(["timeline", "--out"])
-            .arg(&out)
+            .arg("timeline")
+            .args(args)
+            .arg("--out")
+            .arg(out)
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
-    );
+    )
+}
+
+#[test]
+fn live_follows_until_sigint_then_writes_what_it_saw() {
+    let dir = tempdir();
+    let dir = dir.as_path();
+    let _serve = serve_one(dir);
+    let out = dir.join("live.json");
+    let mut follow = timeline(dir, &[], &out);
     // Time for the follower to be registered: events before it are not sent to it.
     std::thread::sleep(Duration::from_secs(1));
     let mut client = ism_emu::testkit::Client::connect(&dir.join("a.sock")).unwrap();
@@ -245,28 +237,9 @@ fn live_follows_until_sigint_then_writes_what_it_saw() {
 fn live_with_for_ends_by_itself_and_without_an_emulator_says_so() {
     let dir = tempdir();
     let dir = dir.as_path();
-    let _serve = Running(
-        Command::new(BIN)
-            .args(["serve", "--socket"])
-            .arg(dir.join("a.sock"))
-            .arg("--control")
-            .arg(dir.join("ctl"))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    assert!(wait_for(&dir.join("ctl")));
+    let _serve = serve_one(dir);
     let out = dir.join("for.json");
-    let mut follow = Running(
-        Command::new(BIN)
-            .args(["observe", "--control"])
-            .arg(dir.join("ctl"))
-            .args(["timeline", "--for", "0.5", "--out"])
-            .arg(&out)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut follow = timeline(dir, &["--for", "0.5"], &out);
     let status = exits_within(&mut follow.0, Duration::from_secs(5)).expect("ended by --for");
     assert!(status.success());
     assert_eq!(read_doc(&out)["traceEvents"], Value::Array(Vec::new()));

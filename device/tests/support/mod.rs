@@ -318,3 +318,36 @@ pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// The CDC message's conn_state flag that closes a connection.
+pub const CDC_CLOSED: u8 = 0x40;
+
+/// A CDC message as the peer writes it at DMB offset 0, with `conn_state`.
+pub fn cdc(conn_state: u8) -> Vec<u8> {
+    let mut m = vec![0u8; 32];
+    m[0] = 0xfe;
+    m[23] = conn_state;
+    m
+}
+
+/// One SMC-D-shaped connection by `peer` on `dmb`: `payload` after the CDC area, a CDC
+/// message that opens it and one that closes it.
+pub fn connection(peer: &mut Guest, dmb: &Dmb, payload: &[u8]) {
+    peer.move_data(dmb.token, 32, payload, false).unwrap();
+    peer.move_data(dmb.token, 0, &cdc(0), true).unwrap();
+    peer.move_data(dmb.token, 0, &cdc(CDC_CLOSED), true)
+        .unwrap();
+}
+
+/// A connection by `peer` on `owner`'s `dmb`, the owner zeroing it and the watch seeing
+/// that, then a second connection that reuses it clean.
+pub fn zeroed_then_reused(m: &Machine, owner: &mut Guest, peer: &mut Guest, dmb: &Dmb) {
+    connection(peer, dmb, &[7u8; 1000]);
+    owner
+        .ram
+        .write(dmb.ram_offset, &vec![0u8; dmb.len as usize])
+        .unwrap();
+    m.fabric.poll_zeroing();
+    connection(peer, dmb, b"second");
+    m.fabric.poll_zeroing();
+}
