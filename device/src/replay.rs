@@ -21,6 +21,7 @@ use crate::dmb::OpTime;
 use crate::fabric::{Fabric, Stored};
 use crate::fault::FaultSpec;
 use crate::ism::command::CommandError;
+use crate::ism::MAX_MOVE_LEN;
 use crate::observer::{EventSink, Observer};
 use crate::trace::{self, from_hex, MoveResult, MoveVia, Record, TraceError};
 
@@ -168,8 +169,10 @@ pub fn replay(
                 report.moves += 1;
                 // Bytes not recorded are zeros: the observer reads moves only in the CDC
                 // area, which is always recorded.
+                // A trace may come from anywhere: a length beyond any move is kept just
+                // long enough for the device to refuse it, never allocated.
                 let mut bytes = data.as_deref().and_then(from_hex).unwrap_or_default();
-                bytes.resize(len, 0);
+                bytes.resize(len.min(MAX_MOVE_LEN + 1), 0);
                 let got = match via {
                     MoveVia::Store => match fabric.store_move(f, window, &bytes) {
                         Ok(Stored::Landed) => MoveResult::Landed,

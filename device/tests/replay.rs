@@ -138,3 +138,32 @@ fn a_changed_device_answer_is_reported_as_a_difference() {
     assert_eq!(report.mismatches, 1, "{:?}", report.first_mismatches);
     assert!(report.first_mismatches[0].contains("ret 0x0000, recorded 0x0003"));
 }
+
+#[test]
+fn a_hostile_trace_is_refused_or_reported_never_obeyed() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.as_path().join("trace.jsonl");
+    let head = serde_json::to_string(&header(1, false)).unwrap();
+    // A move of a terabyte and a mapping of an exabyte: differences, not allocations.
+    let body = [
+        r#"{"t":1,"op":"attach","f":0}"#,
+        r#"{"t":2,"op":"move","f":0,"via":"store","window":"0x100800000","len":1099511627776,"result":"landed"}"#,
+        r#"{"t":3,"op":"dma_map","f":0,"iova":"0x0","size":"0x1000000000000000","writable":true}"#,
+    ];
+    std::fs::write(&path, format!("{head}\n{}\n", body.join("\n"))).unwrap();
+    let observer = Arc::new(Observer::default());
+    match ism_emu::replay::replay(&path, observer) {
+        Ok((_, report)) => assert!(report.mismatches >= 1, "{report:?}"),
+        Err(e) => assert!(e.to_string().contains("guest memory"), "{e}"),
+    }
+    // A function the header does not have.
+    std::fs::write(
+        &path,
+        format!("{head}\n{{\"t\":1,\"op\":\"attach\",\"f\":5}}\n"),
+    )
+    .unwrap();
+    match ism_emu::replay::replay(&path, Arc::new(Observer::default())) {
+        Err(e) => assert!(e.to_string().contains("function 5"), "{e}"),
+        Ok(_) => panic!("a record for function 5 was replayed"),
+    }
+}
