@@ -86,7 +86,8 @@ enum Observe {
         /// Where to write the trace-event JSON.
         #[arg(long)]
         out: PathBuf,
-        /// Convert this event file (`serve --events`) instead of following live.
+        /// Convert this event file (`serve --events`), or this trace (`serve --trace`,
+        /// replayed first), instead of following live.
         #[arg(long)]
         from: Option<PathBuf>,
         /// Follow for this many seconds.
@@ -367,6 +368,7 @@ fn observe(control: &Path, what: Observe) -> Result<(), CliError> {
     } = what
     {
         let doc = match from {
+            Some(path) if is_trace(&path) => timeline_of_trace(&path)?,
             Some(path) => std::fs::File::open(&path)
                 .map_err(TimelineError::Read)
                 .and_then(|f| timeline::from_reader(BufReader::new(f)))
@@ -489,6 +491,46 @@ fn follow_timeline(control: &Path, duration: Option<Duration>) -> Result<TraceDo
 fn is_timeout(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::{Interrupted, TimedOut, WouldBlock};
     matches!(e.kind(), WouldBlock | TimedOut | Interrupted)
+}
+
+/// Whether `path` starts with a trace's header (else it is taken for an event file).
+fn is_trace(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut first = String::new();
+    let _ = BufReader::new(file).read_line(&mut first);
+    serde_json::from_str::<trace::Header>(&first).is_ok_and(|h| h.trace == "ism-emu")
+}
+
+/// A trace's timeline: the trace replayed into an event file, which is then converted.
+fn timeline_of_trace(path: &Path) -> Result<TraceDocument, CliError> {
+    let events =
+        std::env::temp_dir().join(format!("ism-emu-timeline-{}.jsonl", std::process::id()));
+    let file = std::fs::File::create(&events).map_err(|source| CliError::EventFile {
+        path: events.clone(),
+        source,
+    })?;
+    let observer = Arc::new(Observer::new(Some(file)));
+    let replayed = ism_emu::replay::replay(path, Arc::clone(&observer));
+    observer.sync();
+    let doc = replayed.map_err(CliError::from).and_then(|(_, report)| {
+        if report.mismatches > 0 {
+            log::warn!(
+                "the replay differs from the recording in {} operation(s)",
+                report.mismatches
+            );
+        }
+        std::fs::File::open(&events)
+            .map_err(TimelineError::Read)
+            .and_then(|f| timeline::from_reader(BufReader::new(f)))
+            .map_err(|source| CliError::EventsIn {
+                path: path.to_path_buf(),
+                source,
+            })
+    });
+    let _ = std::fs::remove_file(&events);
+    doc
 }
 
 fn write_timeline(doc: &TraceDocument, out: &Path) -> Result<(), CliError> {

@@ -167,3 +167,28 @@ fn a_hostile_trace_is_refused_or_reported_never_obeyed() {
         Ok(_) => panic!("a record for function 5 was replayed"),
     }
 }
+
+#[test]
+fn a_traces_timeline_is_the_live_event_streams() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.as_path().join("trace.jsonl");
+    let (live, _) = record(&path, false);
+    let events = dir.as_path().join("events.jsonl");
+    std::fs::write(&events, live.join("\n") + "\n").unwrap();
+    let timeline = |from: &std::path::Path, out: &str| {
+        let out = dir.as_path().join(out);
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_ism-emu"))
+            .args(["observe", "timeline", "--from"])
+            .arg(from)
+            .arg("--out")
+            .arg(&out)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::fs::read_to_string(out).unwrap()
+    };
+    let of_trace = timeline(&path, "t.json");
+    assert!(of_trace.contains("fault injected"), "{of_trace}");
+    assert_eq!(of_trace, timeline(&events, "e.json"));
+}
