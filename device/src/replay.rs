@@ -184,6 +184,7 @@ pub fn replay(
                         Err(_) => MoveResult::Rejected,
                     },
                 };
+                fabric.replay_move_done(f);
                 if got != result {
                     report.mismatch(
                         index,

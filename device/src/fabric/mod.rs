@@ -235,6 +235,19 @@ impl Fabric {
         }
     }
 
+    /// A replayed move of `id` is done: a reuse read recorded for it and not used (the
+    /// move failed before it looked) must not serve the next one.
+    pub fn replay_move_done(&self, id: FunctionId) {
+        if let Some(q) = self
+            .replay_reuse
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(id)
+        {
+            q.clear();
+        }
+    }
+
     fn next_replayed_reuse(&self, id: FunctionId) -> ReuseCheck {
         self.replay_reuse
             .lock()

@@ -13,7 +13,7 @@ use crate::observer::{ReuseCheck, ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
 use super::{Fabric, FabricState};
 use crate::trace::{to_hex, MoveResult, MoveVia, Record, CDC_AREA};
 
-/// A rejected data move. The sender's PCISTB fails and its connection aborts.
+/// A rejected data move: the sender's PCISTB fails (condition code 1).
 #[derive(Debug, thiserror::Error)]
 pub enum MoveError {
     #[error("empty or oversized move of {0} bytes")]
