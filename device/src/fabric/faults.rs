@@ -54,7 +54,6 @@ impl Fabric {
         st: &mut FabricState,
         spec: &FaultSpec,
     ) -> Result<FaultAdded, FaultSpecError> {
-        let spec = spec.clone();
         let receiver = spec
             .function
             .as_deref()
@@ -66,12 +65,12 @@ impl Fabric {
                 Peer::Gid(gid) => *gid,
             };
             let receiver = receiver.ok_or(FaultSpecError::NoReceiver)?;
-            self.inject_gid_disabled(st, receiver, peer_gid, &spec);
+            self.inject_gid_disabled(st, receiver, peer_gid, spec);
             return Ok(FaultAdded::Done);
         }
         let text = spec.to_string();
         let mut plan = self.plan();
-        let id = plan.add(spec).ok_or(FaultSpecError::TooManyRules)?;
+        let id = plan.add(spec.clone()).ok_or(FaultSpecError::TooManyRules)?;
         self.faults_on.store(true, Ordering::SeqCst);
         log::info!("fault rule {id} in force: {text}");
         Ok(FaultAdded::Rule(id))
