@@ -298,7 +298,14 @@ fn serve(opts: ServeOpts) -> Result<(), CliError> {
             .map_err(|source| CliError::FaultAtStart { spec: text, source })?;
     }
     log::info!("fabric CHID {chid:#06x} with {} function(s)", sockets.len());
-    let served = server::run(Arc::clone(&fabric), observer, &sockets, control.as_deref());
+    let served = server::run(
+        Arc::clone(&fabric),
+        Arc::clone(&observer),
+        &sockets,
+        control.as_deref(),
+    );
+    // The writers flush when idle; at exit every line so far must be in the files.
+    observer.sync();
     if let Some(tracer) = fabric.tracer() {
         tracer.sync();
     }

@@ -272,6 +272,39 @@ fn serve_refuses_a_bad_fault_and_an_action_at_start() {
 }
 
 #[test]
+fn the_event_file_and_the_trace_hold_everything_when_the_emulator_stops() {
+    let dir = tempdir();
+    let dir = dir.as_path();
+    let (events, trace) = (dir.join("events.jsonl"), dir.join("trace.jsonl"));
+    let mut child = Running::spawn(
+        Command::new(BIN)
+            .args(["serve", "--socket"])
+            .arg(dir.join("a.sock"))
+            .arg("--control")
+            .arg(dir.join("ctl"))
+            .arg("--events")
+            .arg(&events)
+            .arg("--trace")
+            .arg(&trace)
+            .stderr(Stdio::null()),
+    );
+    assert!(wait_for(&dir.join("ctl")));
+    let mut client = ism_emu::testkit::Client::connect(&dir.join("a.sock")).unwrap();
+    // An answered request: the function is attached.
+    client.region_read(2, 0, 4).unwrap().unwrap();
+    drop(client);
+    // Stop within the writers' idle flush interval (100 ms) of the last event.
+    std::thread::sleep(Duration::from_millis(20));
+    child.signal(Signal::SIGTERM);
+    assert!(child.wait().expect("still running after SIGTERM").success());
+    let text = std::fs::read_to_string(&events).unwrap();
+    assert!(text.contains("function_attached"), "{text:?}");
+    assert!(text.contains("function_detached"), "{text:?}");
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    assert!(trace.contains("\"op\":\"detach\""), "{trace:?}");
+}
+
+#[test]
 fn observe_without_emulator_says_how_to_start_one() {
     let out = run(&["observe", "--control", "/nonexistent/ctl", "summary"]);
     assert!(!out.status.success());
