@@ -62,8 +62,10 @@ pub enum Stored {
 /// into the same DMB. The patched QEMU posts such moves: no answer reaches the guest, so
 /// the failure must surface on the move that tells the receiver to look. One held
 /// failure per DMB; beyond `HELD_TOKENS` DMBs the next signalling move into *any* DMB
-/// fails, which may abort an innocent connection but never lets a receiver read data
-/// that did not arrive.
+/// fails, which may abort an innocent connection. Only the *next* signalling move fails:
+/// the guest counted the posted data as sent, so a later one advertises the lost bytes
+/// (docs/faults.md, "Posted moves"); failing them all until the connection ends is not
+/// done yet.
 #[derive(Debug, Default)]
 pub struct HeldFailures {
     by_token: BTreeMap<u64, String>,
