@@ -179,7 +179,8 @@ impl ServerBackend for IsmBackend {
             },
             // The one write that fails: a signalling move, which the patched QEMU waits
             // for and turns into the PCISTB's condition code. QEMU posts the others, so
-            // their failures are held for the next signalling move (fabric/moves.rs).
+            // their failures are held against the sender's signalling moves into that DMB
+            // (fabric/moves.rs, `HeldFailures`).
             Some(Region::Bar(Bar::Move)) => {
                 if data.len() > MAX_ACCESS {
                     return Err(invalid(format!("move of {} bytes", data.len())));
@@ -189,7 +190,7 @@ impl ServerBackend for IsmBackend {
                     Ok(Stored::Held(e)) => {
                         if self.guest_errors_may_log() {
                             log::warn!(
-                                "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected, held for the next signal: {e}",
+                                "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected, held against its signals into that DMB: {e}",
                                 self.name,
                                 self.gid,
                                 data.len()

@@ -8,7 +8,7 @@
 //! SPEC := WHAT ['@' FUNCTION] {',' KEY '=' VALUE}
 //! WHAT := cmd=OPCODE | rgid-unknown | dmb-limit | move | move-delay
 //!       | irq-drop | irq-delay | gid-disabled
-//! KEY  := rc | max | token | us | peer | next | every | prob | seed
+//! KEY  := rc | max | token | signal | us | peer | next | every | prob | seed
 //! ```
 //!
 //! e.g. `cmd=reg_dmb@ism1,rc=0x6,next=1`, `move@ism0,every=50`, `irq-delay@ism1,us=20000`.
@@ -78,8 +78,12 @@ pub enum FaultKind {
     Command { opcode: u32, ret: u16 },
     /// REG_DMB fails with `ret` while the function owns `max` DMBs or more.
     DmbLimit { max: usize, ret: u16 },
-    /// Data moves by the function (to `token` only, if given) are rejected.
-    RejectMove { token: Option<u64> },
+    /// Data moves by the function are rejected: to `token` only, if given; only those
+    /// with (`Some(true)`) or without (`Some(false)`) the signal flag, if given.
+    RejectMove {
+        token: Option<u64>,
+        signal: Option<bool>,
+    },
     /// Each data move by the function waits this long first (a slow device); the wait
     /// is the sender's own and holds no lock.
     DelayMove(Duration),
@@ -303,7 +307,18 @@ impl FaultSpec {
                     let token = take(&mut pairs, "token")
                         .map(|t| parse_u64("token", &t))
                         .transpose()?;
-                    ("move", FaultKind::RejectMove { token })
+                    let signal = take(&mut pairs, "signal")
+                        .map(|v| match v.as_str() {
+                            "yes" => Ok(true),
+                            "no" => Ok(false),
+                            _ => Err(FaultSpecError::BadValue {
+                                key: "signal",
+                                value: v.clone(),
+                                why: "yes or no".into(),
+                            }),
+                        })
+                        .transpose()?;
+                    ("move", FaultKind::RejectMove { token, signal })
                 }
                 "move-delay" | "irq-delay" => {
                     let us = take(&mut pairs, "us").ok_or(FaultSpecError::Missing {
@@ -405,8 +420,15 @@ impl fmt::Display for FaultSpec {
             } => {}
             FaultKind::Command { ret, .. } => write!(f, ",rc={ret:#06x}")?,
             FaultKind::DmbLimit { max, ret } => write!(f, ",max={max},rc={ret:#06x}")?,
-            FaultKind::RejectMove { token: Some(t) } => write!(f, ",token={t:#x}")?,
-            FaultKind::RejectMove { token: None } | FaultKind::DropIrq => {}
+            FaultKind::RejectMove { token, signal } => {
+                if let Some(t) = token {
+                    write!(f, ",token={t:#x}")?;
+                }
+                if let Some(s) = signal {
+                    write!(f, ",signal={}", if *s { "yes" } else { "no" })?;
+                }
+            }
+            FaultKind::DropIrq => {}
             FaultKind::DelayMove(d) | FaultKind::DelayIrq(d) => write!(f, ",us={}", d.as_micros())?,
             FaultKind::GidDisabled(Peer::Function(p)) => write!(f, ",peer={p}")?,
             FaultKind::GidDisabled(Peer::Gid(g)) => write!(f, ",peer={g:#x}")?,
@@ -586,11 +608,14 @@ impl FaultPlan {
         ))
     }
 
-    /// A data move by `function` to `token`: whether a rule rejects it.
-    pub fn reject_move(&mut self, function: &str, token: u64) -> Option<Fired> {
+    /// A data move by `function` to `token`, with or without the signal flag: whether a
+    /// rule rejects it.
+    pub fn reject_move(&mut self, function: &str, token: u64, signal: bool) -> Option<Fired> {
         let ((), rule) = self.first(function, |kind| match *kind {
-            FaultKind::RejectMove { token: None } => Some(()),
-            FaultKind::RejectMove { token: Some(t) } if t == token => Some(()),
+            FaultKind::RejectMove {
+                token: t,
+                signal: s,
+            } if t.is_none_or(|t| t == token) && s.is_none_or(|s| s == signal) => Some(()),
             _ => None,
         })?;
         Some(rule.fired(format!("move to token {token:#x} rejected")))
@@ -647,6 +672,11 @@ mod tests {
             ("dmb-limit@ism1,max=2", "dmb-limit@ism1,max=2,rc=0x0006"),
             ("move@ism0,every=50", "move@ism0,every=50"),
             ("move,token=0x100000000", "move,token=0x100000000"),
+            ("move@ism1,signal=no,next=1", "move@ism1,signal=no,next=1"),
+            (
+                "move,signal=yes,token=0x100000000",
+                "move,token=0x100000000,signal=yes",
+            ),
             ("move-delay,us=200", "move-delay,us=200"),
             ("irq-drop@ism1,next=3", "irq-drop@ism1,next=3"),
             ("irq-delay@ism1, us=20000", "irq-delay@ism1,us=20000"),
@@ -749,7 +779,7 @@ mod tests {
         let mut plan = FaultPlan::default();
         plan.add(spec("move,every=3"));
         let fired: Vec<bool> = (0..9)
-            .map(|_| plan.reject_move("ism0", 1 << 32).is_some())
+            .map(|_| plan.reject_move("ism0", 1 << 32, false).is_some())
             .collect();
         assert_eq!(
             fired,
@@ -778,11 +808,17 @@ mod tests {
         let mut plan = FaultPlan::default();
         plan.add(spec("move@ism0,token=0x200000000"));
         plan.add(spec("dmb-limit@ism1,max=2"));
-        assert!(plan.reject_move("ism0", 1 << 32).is_none());
-        assert!(plan.reject_move("ism0", 2 << 32).is_some());
+        assert!(plan.reject_move("ism0", 1 << 32, true).is_none());
+        assert!(plan.reject_move("ism0", 2 << 32, true).is_some());
         assert!(plan.command("ism1", opcode::REG_DMB, 1).is_none());
         assert_eq!(plan.command("ism1", opcode::REG_DMB, 2).unwrap().0, 0x0006);
         assert!(plan.command("ism1", opcode::UNREG_DMB, 5).is_none());
+        // With signal=: only moves with (yes) or without (no) the signal flag.
+        let mut plan = FaultPlan::default();
+        plan.add(spec("move@ism0,signal=no"));
+        assert!(plan.reject_move("ism0", 1 << 32, true).is_none());
+        assert!(plan.reject_move("ism0", 1 << 32, false).is_some());
+        assert!(FaultSpec::parse("move,signal=maybe").is_err());
     }
 
     #[test]

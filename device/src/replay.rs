@@ -108,6 +108,7 @@ pub fn replay(
             | Record::Undecodable { f }
             | Record::Move { f, .. }
             | Record::Reuse { f, .. }
+            | Record::HeldLifted { f, .. }
             | Record::Irq { f, .. } => Some(*f),
             _ => None,
         };
@@ -158,6 +159,7 @@ pub fn replay(
             }
             Record::Undecodable { f } => fabric.command_undecodable(f),
             Record::Reuse { f, check } => fabric.replay_reuse(f, (&check).into()),
+            Record::HeldLifted { f, token } => fabric.replay_held_lifted(f, token),
             Record::Move {
                 f,
                 via,

@@ -198,6 +198,13 @@ pub enum Record {
         f: FunctionId,
         check: ReuseRecord,
     },
+    /// The failure `f` held for DMB `token` is lifted before its next move: the owner
+    /// reset the DMB's CDC slot (fabric/moves.rs, `HeldFailures`).
+    HeldLifted {
+        f: FunctionId,
+        #[serde(with = "hex")]
+        token: u64,
+    },
     /// One tick of the zeroing watch: what each look found, by token.
     ZeroTick {
         results: Vec<(u64, ScanRecord)>,
@@ -447,6 +454,10 @@ mod tests {
             Record::Reuse {
                 f: 0,
                 check: ReuseRecord::Unknown("over the read budget".into()),
+            },
+            Record::HeldLifted {
+                f: 0,
+                token: 1 << 32,
             },
             Record::ZeroTick {
                 results: vec![(1 << 32, ScanRecord::Dirty(7))],

@@ -370,9 +370,10 @@ struct ModelFunction {
     /// The IEQ's next slot, None while no IEQ is registered.
     ieq: Option<u64>,
     signals_left: u64,
-    /// DMBs with a failed move without the signal held for the next signalling move
-    /// (at most HELD_TOKENS), and whether one more failed beyond them.
-    held: BTreeSet<u64>,
+    /// DMBs with a failed move without the signal, which fails the signalling moves into
+    /// them until their owner resets the CDC slot (at most HELD_TOKENS), with the slot as
+    /// it was then; and whether one more failed beyond them.
+    held: BTreeMap<u64, Option<Vec<u8>>>,
     held_overflow: bool,
 }
 
@@ -386,7 +387,7 @@ impl ModelFunction {
             sba: true,
             ieq: Some(0),
             signals_left,
-            held: BTreeSet::new(),
+            held: BTreeMap::new(),
             held_overflow: false,
         }
     }
@@ -544,11 +545,12 @@ impl Model {
         }
     }
 
-    /// A move without the signal by `id` into `token` failed: held, as the device does.
-    fn hold(&mut self, id: usize, token: u64) {
+    /// A move without the signal by `id` into `token` failed: held, as the device does,
+    /// with the DMB's CDC slot.
+    fn hold(&mut self, id: usize, token: u64, slot: Option<Vec<u8>>) {
         let f = &mut self.functions[id];
-        if f.held.len() < HELD_TOKENS || f.held.contains(&token) {
-            f.held.insert(token);
+        if f.held.len() < HELD_TOKENS || f.held.contains_key(&token) {
+            f.held.entry(token).or_insert(slot);
         } else {
             f.held_overflow = true;
         }
@@ -569,7 +571,9 @@ impl Model {
     }
 
     /// What `op` should do; updates the model as if it did.
-    fn step(&mut self, op: &Op) -> Effects {
+    /// `slot`: the CDC slot of the DMB a move targets, as the owner's RAM holds it before
+    /// the step (None: no such DMB, or not mapped).
+    fn step(&mut self, op: &Op, slot: Option<Vec<u8>>) -> Effects {
         let n = self.functions.len();
         let id = op.function() % n;
         let mut fx = Effects::default();
@@ -638,16 +642,27 @@ impl Model {
                 let token = self.token(tok);
                 let (gid, generation) = (f.gid, f.generation);
                 let sender = &mut self.functions[id];
-                // A failure held for this DMB (or, beyond the limit, for any) fails the
-                // signalling move, which lands nothing.
-                if *signal
-                    && (sender.held.remove(&token) || std::mem::take(&mut sender.held_overflow))
-                {
-                    return fx;
+                // A failure held for this DMB fails the signalling move, which lands
+                // nothing, until the owner resets the DMB's CDC slot (or the DMB goes: then
+                // once). Beyond the limit, the next signalling move into any DMB fails.
+                if *signal {
+                    match sender.held.get(&token) {
+                        Some(then) => {
+                            let reset = then.is_some() && slot.is_some() && *then != slot;
+                            if !self.dmbs.contains_key(&token) || reset {
+                                sender.held.remove(&token);
+                            }
+                            if !reset {
+                                return fx;
+                            }
+                        }
+                        None if std::mem::take(&mut sender.held_overflow) => return fx,
+                        None => {}
+                    }
                 }
                 let Some(dmb) = self.dmbs.get(&token) else {
                     if !*signal {
-                        self.hold(id, token);
+                        self.hold(id, token, None);
                     }
                     return fx;
                 };
@@ -676,7 +691,7 @@ impl Model {
                         ]);
                     }
                 } else if !*signal {
-                    self.hold(id, token);
+                    self.hold(id, token, slot);
                 }
                 ok
             }
@@ -963,6 +978,22 @@ fn changed<'a>(old: &'a [u8], new: &'a [u8]) -> impl Iterator<Item = usize> + 'a
         })
 }
 
+/// The CDC slot (first 32 bytes, zeros past a shorter DMB) of the DMB a move targets,
+/// from its owner's RAM, as the device would read it; None without a DMB or mapping.
+fn cdc_slot(rig: &Rig, model: &Model, op: &Op) -> Option<Vec<u8>> {
+    let Op::Move { tok, .. } = op else {
+        return None;
+    };
+    let dmb = model.dmbs.get(&model.token(tok))?;
+    let len = dmb.len.min(32) as usize;
+    if !model.functions[dmb.owner].mapped(dmb.at, len as u64) {
+        return None;
+    }
+    let mut slot = rig.ram(dmb.owner, dmb.at, len);
+    slot.resize(32, 0);
+    Some(slot)
+}
+
 /// The IEQ index (last entry + 1) of function `id`.
 fn ieq_index(rig: &Rig, id: usize) -> u64 {
     u64::from_be_bytes(rig.ram(id, IEQ_AT, 8).try_into().unwrap())
@@ -980,8 +1011,9 @@ fn run(s: &Scenario, checks: Checks) -> Result<(), TestCaseError> {
         let fabric_before = checks.rejections.then(|| fabric_snapshot(&rig));
         let ieq_before: Vec<u64> = (0..s.functions).map(|id| ieq_index(&rig, id)).collect();
         let op = &model.resolve(op);
+        let slot = cdc_slot(&rig, &model, op);
         let accepted = perform(&mut rig, &model, op);
-        let fx = model.step(op);
+        let fx = model.step(op, slot);
         let at = format!("step {step}: {op:?}");
         prop_assert_eq!(accepted, fx.accepted, "device and model disagree at {}", at);
 

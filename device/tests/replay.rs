@@ -27,9 +27,9 @@ fn header(n: usize, payload: bool) -> Header {
     }
 }
 
-/// Runs DMB lives with zeroing, a clean and a stale reuse, a refused command, a fault and
-/// a guest that goes away, recording to `path`; returns the live event lines and
-/// summaries.
+/// Runs DMB lives with zeroing, a clean and a stale reuse, a failed posted move (held
+/// until the owner resets the CDC slot), a refused command, a fault and a guest that goes
+/// away, recording to `path`; returns the live event lines and summaries.
 fn record(path: &std::path::Path, payload: bool) -> (Vec<String>, String) {
     let m = Machine::start_with(2, |fabric| {
         fabric.set_tracer(Tracer::create(path, &header(2, payload)).unwrap());
@@ -42,6 +42,11 @@ fn record(path: &std::path::Path, payload: bool) -> (Vec<String>, String) {
     m.fabric
         .add_fault(FaultSpec::parse("cmd=unreg_dmb@ism0,rc=0x77,next=1").unwrap())
         .unwrap();
+    // A posted move fails: the signals into the DMB fail until the owner resets its CDC
+    // slot (the guest's own write, which only the trace's held_lifted tells a replay).
+    peer.post_move(dmb.token, false, 16380, b"overrun");
+    assert!(peer.move_data(dmb.token, 0, &cdc(0), true).is_err());
+    owner.ram.write(dmb.ram_offset, &[0u8; 32]).unwrap();
     connection(&mut peer, &dmb, b"third, on a DMB nobody zeroed");
     assert!(!owner.unreg_dmb(dmb.token).ok(), "the fault refuses it");
     owner.unreg_dmb(dmb.token);
@@ -75,7 +80,9 @@ fn a_replayed_trace_gives_the_live_events_and_summaries_exactly() {
     let (events, summaries, report) = replayed(&path);
     assert_eq!(report.mismatches, 0, "{:?}", report.first_mismatches);
     assert_eq!(report.lost, 0);
-    assert!(report.moves >= 9 && report.zero_ticks == 2, "{report:?}");
+    assert!(report.moves >= 11 && report.zero_ticks == 2, "{report:?}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"op\":\"held_lifted\""), "no held_lifted");
     for kind in [
         "dmb_zeroed",
         "dmb_reused",
@@ -100,7 +107,6 @@ fn a_replayed_trace_gives_the_live_events_and_summaries_exactly() {
         "times go back"
     );
     // No user data without --trace-payload: the 1000 bytes of 7s are not in the file.
-    let text = std::fs::read_to_string(&path).unwrap();
     assert!(!text.contains(&"07".repeat(64)), "payload recorded");
 }
 

@@ -149,8 +149,8 @@ impl Fabric {
     }
 
     /// Whether a fault rejects a move by `sender` to `token`: the rule's id.
-    pub(super) fn move_fault(&self, sender: FunctionId, token: u64) -> Option<u32> {
-        let fired = self.ask(|plan| plan.reject_move(&self.identities[sender].0, token))?;
+    pub(super) fn move_fault(&self, sender: FunctionId, token: u64, signal: bool) -> Option<u32> {
+        let fired = self.ask(|plan| plan.reject_move(&self.identities[sender].0, token, signal))?;
         self.report(sender, Some(token), &fired);
         Some(fired.rule)
     }

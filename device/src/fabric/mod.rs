@@ -50,7 +50,8 @@ pub struct FunctionState {
     /// function's GID) holds for the generation it was made in only, not for the next
     /// client. A grant made while no client is attached holds for the next one.
     pub generation: u64,
-    /// Failures of its moves without the signal, until its next signalling move.
+    /// Failures of its moves without the signal, refusing its signalling moves into their
+    /// DMBs until the owner resets them.
     pub held: HeldFailures,
 }
 

@@ -53,23 +53,47 @@ pub enum MoveError {
 pub enum Stored {
     /// It landed (and signalled, if it asked to).
     Landed,
-    /// It failed without the signal flag: held until the next signalling move into the
-    /// same DMB, which then fails.
+    /// It failed without the signal flag: held, failing the sender's signalling moves
+    /// into the same DMB (see [`HeldFailures`]).
     Held(MoveError),
 }
 
-/// Failures of moves without the signal flag, until the sender's next signalling move
-/// into the same DMB. The patched QEMU posts such moves: no answer reaches the guest, so
-/// the failure must surface on the move that tells the receiver to look. One held
-/// failure per DMB; beyond `HELD_TOKENS` DMBs the next signalling move into *any* DMB
-/// fails, which may abort an innocent connection. Only the *next* signalling move fails:
-/// the guest counted the posted data as sent, so a later one advertises the lost bytes
-/// (docs/faults.md, "Posted moves"); failing them all until the connection ends is not
-/// done yet.
+/// Failures of moves without the signal flag, each failing every later signalling move
+/// of the sender into the same DMB. The patched QEMU posts such moves, and a backend
+/// cannot tell a posted write from a waited one (the vfio_user crate answers for it), so
+/// every such failure is held, never answered: the guest counted the bytes as sent, and
+/// any signal that lands after them would advertise bytes the DMB never got
+/// (docs/faults.md, "Posted moves"). So the failure stays until the connection on that
+/// DMB has ended, which the device sees as the DMB's owner resetting its CDC slot (both
+/// the zeroing at release, kernel 1c5526968e27, and the zeroing at hand-out before it do
+/// that), or until the DMB goes. One entry per DMB; beyond `HELD_TOKENS` DMBs the next
+/// signalling move into *any* DMB fails, once, which may abort an innocent connection.
 #[derive(Debug, Default)]
 pub struct HeldFailures {
-    by_token: BTreeMap<u64, String>,
+    by_token: BTreeMap<u64, Held>,
     overflow: Option<String>,
+}
+
+#[derive(Debug)]
+struct Held {
+    cause: String,
+    /// The DMB's CDC slot when the move failed: the sender's last signal into it, which
+    /// no later one replaces while the failure stands. None: no DMB, unreadable, or a
+    /// replay (which takes the lifting from the trace).
+    slot: Option<Slot>,
+}
+
+/// The first bytes of a DMB, where SMC-D's sender puts its CDC message.
+type Slot = [u8; SLOT_LEN];
+const SLOT_LEN: usize = CDC_AREA;
+
+/// What a held failure says about a signalling move.
+enum HeldVerdict {
+    /// Nothing held for this DMB.
+    Clear,
+    /// The owner reset the DMB since the failure: its connection is over.
+    Lifted,
+    Refuse(MoveError),
 }
 
 /// A guest has a handful of connections per peer; a guest with more failing DMBs than
@@ -77,18 +101,17 @@ pub struct HeldFailures {
 pub const HELD_TOKENS: usize = 64;
 
 impl HeldFailures {
-    fn hold(&mut self, token: u64, cause: String) {
+    fn hold(&mut self, token: u64, cause: String, slot: Option<Slot>) {
         if self.by_token.len() < HELD_TOKENS || self.by_token.contains_key(&token) {
-            self.by_token.entry(token).or_insert(cause);
+            self.by_token.entry(token).or_insert(Held { cause, slot });
         } else if self.overflow.is_none() {
             self.overflow = Some(cause);
         }
     }
 
-    fn take(&mut self, token: u64) -> Option<String> {
-        self.by_token
-            .remove(&token)
-            .or_else(|| self.overflow.take())
+    /// Whether a failure is held for `token`, beyond the limit one for any DMB.
+    pub fn holds(&self, token: u64) -> bool {
+        self.by_token.contains_key(&token) || self.overflow.is_some()
     }
 
     /// The DMB is gone: a later DMB with the same token must not inherit its failure.
@@ -138,9 +161,14 @@ impl Fabric {
             Ok(()) => Ok(Stored::Landed),
             Err(e) => {
                 let mut st = self.lock();
+                let slot = if self.replaying() {
+                    None
+                } else {
+                    read_slot(&st, addr.token)
+                };
                 let f = &mut st.functions[sender];
                 f.counters.moves_held += 1;
-                f.held.hold(addr.token, e.to_string());
+                f.held.hold(addr.token, e.to_string(), slot);
                 Ok(Stored::Held(e))
             }
         }
@@ -179,16 +207,19 @@ impl Fabric {
             // first changes nothing): its time is this lock's.
             let _op = OpTime::begin();
             let st = &mut *guard;
-            let held = held_for.and_then(|token| {
-                let cause = st.functions[sender].held.take(token)?;
-                Some(MoveError::Held { token, cause })
-            });
+            let held = match held_for {
+                Some(token) => self.held_verdict(st, sender, token),
+                None => None,
+            };
             let result = match held {
                 Some(e) => Err(e),
                 None if reuse.is_none() => {
-                    let token = MoveAddress::decode(window_offset).token;
-                    match self.move_fault(sender, token) {
-                        Some(rule) => Err(MoveError::Injected { token, rule }),
+                    let addr = MoveAddress::decode(window_offset);
+                    match self.move_fault(sender, addr.token, addr.signal) {
+                        Some(rule) => Err(MoveError::Injected {
+                            token: addr.token,
+                            rule,
+                        }),
                         None => self.move_locked(st, sender, window_offset, data, &mut reuse),
                     }
                 }
@@ -228,6 +259,67 @@ impl Fabric {
                 check: (&check).into(),
             });
             reuse = Some(check);
+        }
+    }
+
+    /// A held failure refuses `sender`'s signalling move into `token` (and stays), unless
+    /// the DMB's owner has reset the DMB's CDC slot since: then the connection the failure
+    /// broke is over, and the failure goes (traced, so that a replay, which has none of the
+    /// guest's own writes, lifts it at the same move). The slot is a few bytes: reading it
+    /// under the lock costs what a move's own copy costs.
+    fn held_verdict(
+        &self,
+        st: &mut FabricState,
+        sender: FunctionId,
+        token: u64,
+    ) -> Option<MoveError> {
+        let verdict = match st.functions[sender].held.by_token.get(&token) {
+            // The DMB is gone: this move fails anyway, and no later DMB inherits the
+            // failure (its token is forgotten when it goes; one never registered is
+            // forgotten here).
+            Some(held) if !st.dmbs.contains_key(&token) => HeldVerdict::Refuse(MoveError::Held {
+                token,
+                cause: held.cause.clone(),
+            }),
+            Some(held) => {
+                let reset = !self.replaying()
+                    && held
+                        .slot
+                        .is_some_and(|then| read_slot(st, token).is_some_and(|now| now != then));
+                if reset {
+                    HeldVerdict::Lifted
+                } else {
+                    return Some(MoveError::Held {
+                        token,
+                        cause: held.cause.clone(),
+                    });
+                }
+            }
+            None => match st.functions[sender].held.overflow.take() {
+                Some(cause) => return Some(MoveError::Held { token, cause }),
+                None => HeldVerdict::Clear,
+            },
+        };
+        let f = &mut st.functions[sender];
+        f.held.forget(token);
+        match verdict {
+            HeldVerdict::Clear => None,
+            HeldVerdict::Refuse(e) => Some(e),
+            HeldVerdict::Lifted => {
+                log::info!(
+                    "{}: DMB {token:#x} was reset by its owner: the held failure of an earlier move into it is lifted",
+                    f.name
+                );
+                self.trace(|_| Record::HeldLifted { f: sender, token });
+                None
+            }
+        }
+    }
+
+    /// A replayed lift of the held failure for `token` (see [`Self::held_verdict`]).
+    pub fn replay_held_lifted(&self, sender: FunctionId, token: u64) {
+        if let Some(f) = self.lock().functions.get_mut(sender) {
+            f.held.forget(token);
         }
     }
 
@@ -407,6 +499,19 @@ impl Fabric {
     }
 }
 
+/// The CDC slot of DMB `token` as its owner's memory holds it now (zeros past a DMB
+/// shorter than the slot); None if there is no such DMB or it is not all mapped.
+fn read_slot(st: &FabricState, token: u64) -> Option<Slot> {
+    let dmb = st.dmbs.get(&token)?;
+    let mut slot = [0; SLOT_LEN];
+    let len = SLOT_LEN.min(dmb.len as usize);
+    st.functions[dmb.owner]
+        .dma
+        .read(dmb.iova, &mut slot[..len])
+        .ok()?;
+    Some(slot)
+}
+
 const PAGE: u64 = 4096;
 
 /// One look at a watched DMB: the byte that was dirty last time (one page), and if it is
@@ -544,10 +649,15 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_move_without_signal_is_held_for_the_next_signal_into_that_dmb() {
+    fn a_failed_move_without_signal_fails_every_later_signal_into_that_dmb() {
         let rig = Rig::new(2);
         let a = rig.reg_dmb(1, rig.gid(0), 32);
         let b = rig.reg_dmb(1, rig.gid(0), 33);
+        // The connection's earlier signal: the CDC slot holds it.
+        assert!(matches!(
+            rig.fabric.store_move(0, to(a, 0, true), b"cdc1"),
+            Ok(Stored::Landed)
+        ));
         let past_end = rig.fabric.store_move(0, to(a, 32_000, false), b"lost");
         assert!(matches!(
             past_end,
@@ -558,24 +668,46 @@ mod tests {
             rig.fabric.store_move(0, to(b, 0, true), b"other"),
             Ok(Stored::Landed)
         ));
-        // The signal into the failing DMB fails, and lands nothing.
-        let err = rig.fabric.store_move(0, to(a, 0, true), b"cdc");
-        assert!(
-            matches!(err, Err(MoveError::Held { token, .. }) if token == a),
-            "{err:?}"
-        );
-        assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), [0; 3]);
-        let moved_a = |c: &String| c.starts_with("moved") && c.contains(&format!("{a:#x}"));
-        assert!(!rig.sink.calls().iter().any(moved_a));
-        // Reported once: the next signal lands.
+        // Every signal into the failing DMB fails and lands nothing: any of them would
+        // advertise the lost bytes. Moves without the signal still land.
+        for _ in 0..3 {
+            let err = rig.fabric.store_move(0, to(a, 0, true), b"cdc2");
+            assert!(
+                matches!(err, Err(MoveError::Held { token, .. }) if token == a),
+                "{err:?}"
+            );
+            assert_eq!(rig.ram(1, Rig::dmb_offset(32), 4), b"cdc1");
+        }
         assert!(matches!(
-            rig.fabric.store_move(0, to(a, 0, true), b"cdc"),
+            rig.fabric.store_move(0, to(a, 64, false), b"more"),
             Ok(Stored::Landed)
         ));
+        let moved_a = |c: &String| c.starts_with("moved") && c.contains(&format!("{a:#x}"));
+        assert_eq!(rig.sink.calls().iter().filter(|c| moved_a(c)).count(), 2);
         let c = &rig.fabric.lock().functions[0].counters;
-        assert_eq!((c.moves_held, c.moves_rejected, c.moves_out), (1, 2, 2));
-        // Every store is timed, the one refused for the held failure too.
-        assert_eq!(c.move_service.count(), 4);
+        assert_eq!((c.moves_held, c.moves_rejected, c.moves_out), (1, 4, 3));
+        // Every store is timed, the ones refused for the held failure too.
+        assert_eq!(c.move_service.count(), 7);
+    }
+
+    #[test]
+    fn a_held_failure_is_lifted_when_the_owner_resets_the_dmb() {
+        let rig = Rig::new(2);
+        let a = rig.reg_dmb(1, rig.gid(0), 32);
+        rig.fabric.store_move(0, to(a, 0, true), b"cdc1").unwrap();
+        rig.fabric
+            .store_move(0, to(a, 32_000, false), b"x")
+            .unwrap();
+        assert!(rig.fabric.store_move(0, to(a, 0, true), b"cdc2").is_err());
+        // The owner's kernel zeroes the DMB when the connection releases it (or hands
+        // it out again): the next connection's signals land.
+        rig.rams[1].write(Rig::dmb_offset(32), &[0; 4]).unwrap();
+        assert!(matches!(
+            rig.fabric.store_move(0, to(a, 0, true), b"new1"),
+            Ok(Stored::Landed)
+        ));
+        assert!(!rig.fabric.lock().functions[0].held.holds(a));
+        assert_eq!(rig.ram(1, Rig::dmb_offset(32), 4), b"new1");
     }
 
     #[test]
@@ -587,14 +719,22 @@ mod tests {
             .unwrap();
         let unreg = rig.fabric.execute(1, Command::UnregDmb { token: a });
         assert!(unreg.is_ok(), "{unreg:?}");
-        assert!(rig.fabric.lock().functions[0].held.take(a).is_none());
+        assert!(!rig.fabric.lock().functions[0].held.holds(a));
 
         let b = rig.reg_dmb(1, rig.gid(0), 33);
         rig.fabric
             .store_move(0, to(b, 32_000, false), b"x")
             .unwrap();
         rig.fabric.detach(0, "reset", true);
-        assert!(rig.fabric.lock().functions[0].held.take(b).is_none());
+        assert!(!rig.fabric.lock().functions[0].held.holds(b));
+
+        // A failure for a token no DMB has fails the next signal to it, once.
+        rig.probe(0);
+        let ghost = 0x77 << 32;
+        rig.fabric.store_move(0, to(ghost, 0, false), b"x").unwrap();
+        assert!(rig.fabric.lock().functions[0].held.holds(ghost));
+        assert!(rig.fabric.store_move(0, to(ghost, 0, true), b"x").is_err());
+        assert!(!rig.fabric.lock().functions[0].held.holds(ghost));
     }
 
     #[test]

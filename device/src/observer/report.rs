@@ -21,7 +21,7 @@ pub struct Counters {
     pub bytes_out: u64,
     pub moves_rejected: u64,
     /// Rejected moves without the signal flag: answered as done (QEMU may have posted
-    /// them), the failure held for the next signalling move into the same DMB.
+    /// them), the failure held against the sender's signalling moves into the same DMB.
     #[serde(default)]
     pub moves_held: u64,
     pub moves_in: u64,
