@@ -87,15 +87,6 @@ struct Held {
 type Slot = [u8; SLOT_LEN];
 const SLOT_LEN: usize = CDC_AREA;
 
-/// What a held failure says about a signalling move.
-enum HeldVerdict {
-    /// Nothing held for this DMB.
-    Clear,
-    /// The owner reset the DMB since the failure: its connection is over.
-    Lifted,
-    Refuse(MoveError),
-}
-
 /// A guest has a handful of connections per peer; a guest with more failing DMBs than
 /// this at once is broken or hostile and gets the coarse answer.
 pub const HELD_TOKENS: usize = 64;
@@ -273,47 +264,37 @@ impl Fabric {
         sender: FunctionId,
         token: u64,
     ) -> Option<MoveError> {
-        let verdict = match st.functions[sender].held.by_token.get(&token) {
-            // The DMB is gone: this move fails anyway, and no later DMB inherits the
-            // failure (its token is forgotten when it goes; one never registered is
-            // forgotten here).
-            Some(held) if !st.dmbs.contains_key(&token) => HeldVerdict::Refuse(MoveError::Held {
+        let Some(held) = st.functions[sender].held.by_token.get(&token) else {
+            let cause = st.functions[sender].held.overflow.take()?;
+            return Some(MoveError::Held { token, cause });
+        };
+        let (refused, then) = (
+            MoveError::Held {
                 token,
                 cause: held.cause.clone(),
-            }),
-            Some(held) => {
-                let reset = !self.replaying()
-                    && held
-                        .slot
-                        .is_some_and(|then| read_slot(st, token).is_some_and(|now| now != then));
-                if reset {
-                    HeldVerdict::Lifted
-                } else {
-                    return Some(MoveError::Held {
-                        token,
-                        cause: held.cause.clone(),
-                    });
-                }
-            }
-            None => match st.functions[sender].held.overflow.take() {
-                Some(cause) => return Some(MoveError::Held { token, cause }),
-                None => HeldVerdict::Clear,
             },
-        };
+            held.slot,
+        );
+        if !st.dmbs.contains_key(&token) {
+            // The DMB is gone: this move fails anyway, and no later DMB may inherit the
+            // failure (one that goes forgets it; a token never registered is forgotten
+            // here).
+            st.functions[sender].held.forget(token);
+            return Some(refused);
+        }
+        let reset = !self.replaying()
+            && then.is_some_and(|then| read_slot(st, token).is_some_and(|now| now != then));
+        if !reset {
+            return Some(refused);
+        }
         let f = &mut st.functions[sender];
         f.held.forget(token);
-        match verdict {
-            HeldVerdict::Clear => None,
-            HeldVerdict::Refuse(e) => Some(e),
-            HeldVerdict::Lifted => {
-                log::info!(
-                    "{}: DMB {token:#x} was reset by its owner: the held failure of an earlier move into it is lifted",
-                    f.name
-                );
-                self.trace(|_| Record::HeldLifted { f: sender, token });
-                None
-            }
-        }
+        log::info!(
+            "{}: DMB {token:#x} was reset by its owner: the held failure of an earlier move into it is lifted",
+            f.name
+        );
+        self.trace(|_| Record::HeldLifted { f: sender, token });
+        None
     }
 
     /// A replayed lift of the held failure for `token` (see [`Self::held_verdict`]).
