@@ -236,7 +236,8 @@ struct Line {
 }
 
 enum Msg {
-    Line(String),
+    /// A line and its time.
+    Line(u64, String),
     Sync(SyncSender<()>),
 }
 
@@ -301,16 +302,15 @@ impl Tracer {
         self.payload
     }
 
-    /// Records one operation at the current (operation's) time.
+    /// Records one operation at the current (operation's) time. Called under the
+    /// fabric's lock, within the operation ([`crate::dmb::OpTime`]): the lines reach the
+    /// file in the lock's order, with times that never go back.
     pub fn record(&self, record: Record) {
-        let line = Line {
-            t: now_us(),
-            record,
-        };
-        let Ok(text) = serde_json::to_string(&line) else {
+        let t = now_us();
+        let Ok(text) = serde_json::to_string(&Line { t, record }) else {
             return;
         };
-        if let Err(TrySendError::Full(_)) = self.tx.try_send(Msg::Line(text)) {
+        if let Err(TrySendError::Full(_)) = self.tx.try_send(Msg::Line(t, text)) {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -326,6 +326,9 @@ impl Tracer {
 
 fn write_lines(mut file: BufWriter<File>, rx: Receiver<Msg>, lost: &AtomicU64) {
     let mut failed = false;
+    // The time of the last line written: a count of lost records takes the time of the
+    // line it precedes, so that the file's times stay in order.
+    let mut last_t = 0;
     let mut put = |file: &mut BufWriter<File>, text: &str| {
         if !failed {
             if let Err(e) = writeln!(file, "{text}") {
@@ -343,10 +346,13 @@ fn write_lines(mut file: BufWriter<File>, rx: Receiver<Msg>, lost: &AtomicU64) {
             }
             Err(RecvTimeoutError::Disconnected) => break,
         };
+        if let Msg::Line(t, _) = &msg {
+            last_t = *t;
+        }
         let count = lost.swap(0, Ordering::Relaxed);
         if count > 0 {
             let line = Line {
-                t: now_us(),
+                t: last_t,
                 record: Record::Lost { count },
             };
             if let Ok(text) = serde_json::to_string(&line) {
@@ -355,7 +361,7 @@ fn write_lines(mut file: BufWriter<File>, rx: Receiver<Msg>, lost: &AtomicU64) {
             }
         }
         match msg {
-            Msg::Line(text) => put(&mut file, &text),
+            Msg::Line(_, text) => put(&mut file, &text),
             Msg::Sync(done) => {
                 let _ = file.flush();
                 let _ = done.send(());

@@ -110,6 +110,47 @@ fn a_replayed_trace_gives_the_live_events_and_summaries_exactly() {
     assert!(!text.contains(&"07".repeat(64)), "payload recorded");
 }
 
+/// Two guests moving into each other's reused DMBs at once: each reuse check reads the
+/// DMB without the lock, yet its record keeps the lock's order, so the times never go
+/// back and a replay gives the live events.
+#[test]
+fn concurrent_reuse_checks_keep_the_traces_times_in_order() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.as_path().join("trace.jsonl");
+    let m = Machine::start_with(2, |fabric| {
+        fabric.set_tracer(Tracer::create(&path, &header(2, false)).unwrap());
+    });
+    let lines = m.observer.follow();
+    let mut a = m.guest(0);
+    let mut b = m.guest(1);
+    let dmb_a = a.reg_dmb(16384, default_gid(CHID, 1));
+    let dmb_b = b.reg_dmb(16384, default_gid(CHID, 0));
+    let run = |mut peer: Guest, dmb: Dmb| {
+        std::thread::spawn(move || {
+            for i in 0..200u32 {
+                connection(&mut peer, &dmb, &i.to_le_bytes());
+            }
+            peer
+        })
+    };
+    let (ta, tb) = (run(a, dmb_b), run(b, dmb_a));
+    let (_a, _b) = (ta.join().unwrap(), tb.join().unwrap());
+    m.observer.sync();
+    m.fabric.tracer().unwrap().sync();
+    let live: Vec<String> = lines.try_iter().collect();
+    let (_, records) = trace::read(&path).unwrap();
+    let reuses = records
+        .iter()
+        .filter(|(_, r)| matches!(r, trace::Record::Reuse { .. }))
+        .count();
+    assert!(reuses >= 2 * 199, "{reuses} reuse checks recorded");
+    let back = records.windows(2).position(|w| w[0].0 > w[1].0);
+    assert_eq!(back, None, "times go back at record {back:?}");
+    let (events, _, report) = replayed(&path);
+    assert_eq!(report.mismatches, 0, "{:?}", report.first_mismatches);
+    assert_eq!(events, live);
+}
+
 #[test]
 fn with_payloads_the_moves_bytes_are_in_the_trace() {
     let dir = TempDir::new().unwrap();

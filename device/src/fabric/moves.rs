@@ -192,11 +192,21 @@ impl Fabric {
         self.delay_move(sender);
         let started = Instant::now();
         let mut reuse = None;
+        // A reuse check read without the lock, recorded at the next pass under it: the
+        // trace's lines keep the lock's order, and so their times never go back.
+        let mut unrecorded: Option<ReuseCheck> = None;
         loop {
             let mut guard = self.lock();
             // The move takes effect under this lock (a pass that only decides to read
             // first changes nothing): its time is this lock's.
             let _op = OpTime::begin();
+            if let Some(check) = unrecorded.take() {
+                self.trace(|_| Record::Reuse {
+                    f: sender,
+                    check: (&check).into(),
+                });
+                reuse = Some(check);
+            }
             let st = &mut *guard;
             let held = match held_for {
                 Some(token) => self.held_verdict(st, sender, token),
@@ -241,15 +251,10 @@ impl Fabric {
             };
             drop(_op);
             drop(guard);
-            let check = match view.nonzero() {
+            unrecorded = Some(match view.nonzero() {
                 Ok((stale, first)) => ReuseCheck::Read { stale, first },
                 Err(_) => ReuseCheck::Unknown("unreadable"),
-            };
-            self.trace(|_| Record::Reuse {
-                f: sender,
-                check: (&check).into(),
             });
-            reuse = Some(check);
         }
     }
 
