@@ -430,9 +430,11 @@ fn followers_that_leave_give_their_slots_back_without_waiting_for_an_event() {
     use std::io::Write;
     use std::os::unix::net::UnixStream;
     let (_dir, _child, ctl) = serving();
+    // More than the emulator serves at once: it closes the ones beyond, so a write
+    // may find the connection closed already (EPIPE), which is what it should do.
     for _ in 0..20 {
         let mut follower = UnixStream::connect(&ctl).unwrap();
-        writeln!(follower, "follow").unwrap();
+        let _ = writeln!(follower, "follow");
     }
     // No guest, so no event: the slots must come back by themselves.
     std::thread::sleep(Duration::from_millis(1500));
