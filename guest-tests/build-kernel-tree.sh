@@ -137,8 +137,7 @@ if [ -f "$RESULT/bzImage" ]; then
     exit 0
 fi
 
-# One object folder per tree location, kept: after a change only what changed rebuilds.
-OBJ="$BUILD_DIR/kernel-src/$(printf '%s' "$SRC" | sha256sum | cut -c1-12)/obj"
+OBJ="$(custom_obj_dir "$SRC")"
 mkdir -p "$OBJ"
 exec 9>"$OBJ/../lock"
 flock -w 3600 9 || die "timed out waiting for another build of $SRC"

@@ -207,6 +207,12 @@ CONF
     APT_CONFIG="$dir/apt.conf" apt-get "$@"
 }
 
+# custom_obj_dir SRC: the object folder of the kernel tree at SRC (a real path), one per
+# tree location and kept, so that after a change only what changed rebuilds.
+custom_obj_dir() {
+    echo "$BUILD_DIR/kernel-src/$(printf '%s' "$1" | sha256sum | cut -c1-12)/obj"
+}
+
 # debian_kernel_tree LINE: prints the unpacked Debian source of kernel LINE in the cache
 # (the kernel step unpacks it, run here if needed); dies unless it is pristine (a
 # variant's patches applied). For the scripts that treat it as someone's tree: copy it.
