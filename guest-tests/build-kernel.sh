@@ -15,6 +15,10 @@
 #                    time (any other tree); a one-line change rebuilds incrementally.
 #                    KERNEL_CONFIG=FILE merges the fragments into FILE (e.g. the .config
 #                    of your own s390 build) instead of allnoconfig.
+#   KERNEL_UNPACK_ONLY=1
+#                    only fetch and unpack the line's source into the work folder
+#                    (below), build nothing: for tools that need the tree's scripts
+#                    (scripts/results-check.sh, the kernel's KTAP parser).
 #   KERNEL=custom with KERNEL_IMAGE=FILE MODULES_DIR=DIR
 #                    a kernel you built already: its image and the folder its
 #                    `make modules_install INSTALL_MOD_PATH=` filled (or its
@@ -85,7 +89,8 @@ OUT="$(kernel_dir)"
 
 publish() { publish_kernel "$RESULT" "$OUT" "$KERNEL ($VARIANT)"; }
 
-if [ -f "$RESULT/bzImage" ]; then
+UNPACK_ONLY="${KERNEL_UNPACK_ONLY:-0}"
+if [ -f "$RESULT/bzImage" ] && [ "$UNPACK_ONLY" != 1 ]; then
     step "kernel $KERNEL ($VARIANT) is cached ($RESULT)"
     publish
     exit 0
@@ -96,7 +101,7 @@ mkdir -p "$WORK"
 # One build per line at a time: the variants share the tree and the object directory.
 exec 9>"$WORK/lock"
 flock -w 3600 9 || die "timed out waiting for another build of $PKGVER ($WORK/lock)"
-if [ -f "$RESULT/bzImage" ]; then   # built by the run we waited for
+if [ -f "$RESULT/bzImage" ] && [ "$UNPACK_ONLY" != 1 ]; then   # built by the run we waited for
     publish
     exit 0
 fi
@@ -127,6 +132,10 @@ fresh_tree() {
     : >"$WORK/applied"
 }
 [ -f "$SRC/Makefile" ] && [ -f "$WORK/applied" ] || fresh_tree
+if [ "$UNPACK_ONLY" = 1 ]; then
+    step "kernel $KERNEL: source unpacked in $SRC (KERNEL_UNPACK_ONLY: nothing built)"
+    exit 0
+fi
 
 # ---- bring the tree to the wanted variant ---------------------------------------------
 # $WORK/applied names the variant whose patches are in the tree (empty = pristine); the

@@ -11,10 +11,25 @@ RESULTS_DIR="${RESULTS_DIR:-$BUILD_DIR/results}"
 JUNITPARSER_VERSION=5.0.3
 
 # The parser of the tree under test if it knows KTAP (kernels before 5.18 read only
-# "TAP version 14"), else the newest unpacked line's.
+# "TAP version 14"), else the newest unpacked line's that does. Where none does (say,
+# `make ci-smcd-check` alone on a new machine: only the 5.10 tree is unpacked), the
+# default line's source is unpacked for it; nothing is built.
+knows_ktap() { grep -qs 'KTAP version' "$(dirname "$1")/kunit_parser.py"; }
+ktap_parser() {
+    local k
+    for k in $(find "$CACHE_DIR/kernel/work" -path '*/src/tools/testing/kunit/kunit.py' 2>/dev/null | sort -Vr); do
+        knows_ktap "$k" && { echo "$k"; return 0; }
+    done
+    return 1
+}
 kunit="${KERNEL_SRC:+$KERNEL_SRC/tools/testing/kunit/kunit.py}"
-grep -qs 'KTAP version' "$(dirname "${kunit:-/nonexistent}")/kunit_parser.py" || kunit="$(find "$CACHE_DIR/kernel/work" -path '*/src/tools/testing/kunit/kunit.py' 2>/dev/null | sort -V | tail -n1)"
-[ -n "$kunit" ] || die "no kernel tree with tools/testing/kunit in $CACHE_DIR/kernel/work: run 'make kernel' first"
+if ! knows_ktap "${kunit:-/nonexistent}"; then
+    kunit="$(ktap_parser)" || {
+        env -u KERNEL_SRC -u KERNEL_IMAGE KERNEL=6.12 VARIANT=stock KERNEL_UNPACK_ONLY=1 \
+            "$REPO_ROOT/guest-tests/build-kernel.sh" >&2
+        kunit="$(ktap_parser)"
+    } || die "no kernel tree with a KTAP parser (tools/testing/kunit) in $CACHE_DIR/kernel/work"
+fi
 
 venv="$CACHE_DIR/tools/junitparser-$JUNITPARSER_VERSION"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import junitparser' 2>/dev/null; then
