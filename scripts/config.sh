@@ -8,7 +8,8 @@ KERNEL_LINES="5.10 6.1 6.12 7.2"
 # tree or build (KERNEL_SRC, or KERNEL_IMAGE with MODULES_DIR: guest-tests/build-kernel.sh),
 # and the default when one of those is set.
 if [ -z "${KERNEL:-}" ] && [ -n "${KERNEL_SRC:-}${KERNEL_IMAGE:-}" ]; then KERNEL=custom; fi
-KERNEL="${KERNEL:-6.12}"
+DEFAULT_KERNEL="${DEFAULT_KERNEL:-6.12}"
+KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # Guest kernel variant: stock (unmodified), prezero or nozero (negative controls).
 VARIANT="${VARIANT:-stock}"
 # The CHID every emulated ISM function reports (one emulator process = one machine).

@@ -25,7 +25,7 @@ ktap_parser() {
 kunit="${KERNEL_SRC:+$KERNEL_SRC/tools/testing/kunit/kunit.py}"
 if ! knows_ktap "${kunit:-/nonexistent}"; then
     kunit="$(ktap_parser)" || {
-        env -u KERNEL_SRC -u KERNEL_IMAGE KERNEL=6.12 VARIANT=stock KERNEL_UNPACK_ONLY=1 \
+        env -u KERNEL_SRC -u KERNEL_IMAGE KERNEL="$DEFAULT_KERNEL" VARIANT=stock KERNEL_UNPACK_ONLY=1 \
             "$REPO_ROOT/guest-tests/build-kernel.sh" >&2
         kunit="$(ktap_parser)"
     } || die "no kernel tree with a KTAP parser (tools/testing/kunit) in $CACHE_DIR/kernel/work"
