@@ -5,14 +5,14 @@
 //! Guest-visible failures are *not* vfio-user errors (the transport would lose their
 //! meaning): a failed command answers with a nonzero `ret`. Only a data move that the
 //! device refuses fails the region write, because that is how the guest's PCISTB learns
-//! that the store did not happen.
+//! that the store did not happen (condition code 1). A move the client posted cannot be
+//! answered: its failure is held by the fabric instead.
 
 use std::fs::File;
-use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
-use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags};
 
 use crate::dmb::FunctionId;
 use crate::fabric::{Fabric, Stored};
@@ -20,6 +20,7 @@ use crate::ism::command::{self, HEADER_LEN};
 use crate::ism::MAX_MOVE_LEN;
 use crate::pci::{Bar, ConfigSpace, Region};
 use crate::ratelimit::RateLimit;
+use crate::server::vfio_user::{Device, Refused};
 
 const COMMAND_AREA: usize = Bar::Command.size() as usize;
 
@@ -30,16 +31,16 @@ pub struct IsmBackend {
     name: String,
     /// Fixed for the function's life; kept here so log lines need no fabric lock.
     gid: u64,
-    /// A client is talking to us. Set by its first request, not by `accept`, which
-    /// happens inside `vfio_user::Server::run` where we cannot see it.
+    /// A client is talking to us. Set by its first request to the device (VERSION and
+    /// the info queries do not reach the backend).
     attached: bool,
     guest_errors: RateLimit,
     config: ConfigSpace,
     command_area: Box<[u8; COMMAND_AREA]>,
 }
 
-fn invalid(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, msg)
+fn invalid(msg: String) -> Refused {
+    Refused::Invalid(msg)
 }
 
 impl IsmBackend {
@@ -83,7 +84,11 @@ impl IsmBackend {
         command::encode(&mut self.command_area[..], opcode, &result);
     }
 
-    fn command_area_range(&self, offset: u64, len: usize) -> io::Result<std::ops::Range<usize>> {
+    fn command_area_range(
+        &self,
+        offset: u64,
+        len: usize,
+    ) -> Result<std::ops::Range<usize>, Refused> {
         usize::try_from(offset)
             .ok()
             .and_then(|start| Some(start..start.checked_add(len)?))
@@ -120,13 +125,12 @@ impl IsmBackend {
     }
 }
 
-/// The largest region access a client may ask for: a PCISTB block. The vfio_user crate
-/// has already allocated `count` bytes (it checks only the region index); refusing here
-/// at least keeps the buffer from being touched, and the answer small.
+/// The largest region access a client may ask for: a PCISTB block (the message loop
+/// refuses larger ones before they get here; this keeps the device's own bound).
 const MAX_ACCESS: usize = MAX_MOVE_LEN;
 
-impl ServerBackend for IsmBackend {
-    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
+impl Device for IsmBackend {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Refused> {
         self.ensure_attached();
         if data.len() > MAX_ACCESS {
             return Err(invalid(format!("read of {} bytes", data.len())));
@@ -151,12 +155,17 @@ impl ServerBackend for IsmBackend {
         Ok(())
     }
 
-    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+    fn region_write(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+        posted: bool,
+    ) -> Result<(), Refused> {
         self.ensure_attached();
         match Region::from_index(region) {
-            // QEMU posts these writes and expects no reply, but the vfio_user crate
-            // answers a failed write anyway: a stray reply in QEMU's stream. So a bad
-            // write here is logged and ignored, never failed.
+            // QEMU bounds config accesses itself: a bad one is logged and ignored, as a
+            // config write to a register that does not exist is on real hardware.
             Some(Region::Config) => {
                 if !self.config.write(offset, data) && self.guest_errors_may_log() {
                     let (name, len) = (&self.name, data.len());
@@ -173,24 +182,24 @@ impl ServerBackend for IsmBackend {
                 }
                 Err(e) => {
                     if self.guest_errors_may_log() {
-                        log::warn!("{} (gid {:#018x}): {e}; ignored", self.name, self.gid);
+                        log::warn!("{} (gid {:#018x}): {e}; refused", self.name, self.gid);
                     }
+                    return Err(e);
                 }
             },
-            // The one write that fails: a signalling move, which the patched QEMU waits
-            // for and turns into the PCISTB's condition code. QEMU posts the others, so
-            // their failures are held against the sender's signalling moves into that DMB
-            // (fabric/moves.rs, `HeldFailures`).
+            // A waited move that fails is refused: QEMU turns that into the PCISTB's
+            // condition code 1. A posted one's failure is held by the fabric against the
+            // sender's signalling moves into that DMB (fabric/moves.rs, `HeldFailures`).
             Some(Region::Bar(Bar::Move)) => {
                 if data.len() > MAX_ACCESS {
                     return Err(invalid(format!("move of {} bytes", data.len())));
                 }
-                match self.fabric.store_move(self.id, offset, data) {
+                match self.fabric.store_move(self.id, offset, data, posted) {
                     Ok(Stored::Landed) => {}
                     Ok(Stored::Held(e)) => {
                         if self.guest_errors_may_log() {
                             log::warn!(
-                                "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected, held against its signals into that DMB: {e}",
+                                "{} (gid {:#018x}): posted move to {offset:#x} ({} bytes) rejected, held against its signals into that DMB: {e}",
                                 self.name,
                                 self.gid,
                                 data.len()
@@ -206,7 +215,7 @@ impl ServerBackend for IsmBackend {
                                 data.len()
                             );
                         }
-                        return Err(invalid(e.to_string()));
+                        return Err(Refused::Failed(e.to_string()));
                     }
                 }
             }
@@ -223,7 +232,7 @@ impl ServerBackend for IsmBackend {
         address: u64,
         size: u64,
         fd: Option<File>,
-    ) -> io::Result<()> {
+    ) -> Result<(), Refused> {
         self.ensure_attached();
         self.fabric
             .dma_map(
@@ -243,7 +252,7 @@ impl ServerBackend for IsmBackend {
             })
     }
 
-    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
+    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> Result<(), Refused> {
         self.ensure_attached();
         // "Unmap all" is bit 1 in Linux's vfio.h and bit 2 in the vfio_user crate; either,
         // or an empty range at 0, means everything.
@@ -259,7 +268,7 @@ impl ServerBackend for IsmBackend {
         Ok(())
     }
 
-    fn reset(&mut self) -> io::Result<()> {
+    fn reset(&mut self) -> Result<(), Refused> {
         self.ensure_attached();
         self.fabric.detach(self.id, "function reset", true);
         self.config.reset();
@@ -274,7 +283,7 @@ impl ServerBackend for IsmBackend {
         start: u32,
         count: u32,
         fds: Vec<File>,
-    ) -> io::Result<()> {
+    ) -> Result<(), Refused> {
         self.ensure_attached();
         self.fabric
             .set_irqs(self.id, index, flags, start, count, fds)

@@ -16,9 +16,8 @@ use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK,
     VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE, VFIO_IRQ_SET_DATA_TYPE_MASK,
-    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX, VFIO_PCI_NUM_IRQS,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX,
 };
-use vfio_user::IrqInfo;
 
 use crate::ratelimit::RateLimit;
 
@@ -51,16 +50,13 @@ fn checked_eventfd(file: File) -> Result<File, IrqError> {
     Ok(file)
 }
 
-/// The IRQ indexes the function advertises: no INTx, one MSI, one MSI-X vector.
-pub fn irq_infos() -> Vec<IrqInfo> {
-    (0..VFIO_PCI_NUM_IRQS)
-        .map(|index| IrqInfo {
-            index,
-            flags: VFIO_IRQ_INFO_EVENTFD,
-            count: u32::from(index == VFIO_PCI_MSI_IRQ_INDEX || index == VFIO_PCI_MSIX_IRQ_INDEX),
-        })
-        .collect()
+/// The vectors of interrupt index `index` (no INTx, one MSI, one MSI-X vector); every
+/// index is of the eventfd kind (`IRQ_INFO_FLAGS`).
+pub fn vector_count(index: u32) -> u32 {
+    u32::from(index == VFIO_PCI_MSI_IRQ_INDEX || index == VFIO_PCI_MSIX_IRQ_INDEX)
 }
+
+pub const IRQ_INFO_FLAGS: u32 = VFIO_IRQ_INFO_EVENTFD;
 
 #[derive(Default)]
 pub struct Interrupts {

@@ -29,8 +29,10 @@ use crate::ism::command::Command;
 use crate::observer::json::{chid, hex};
 use crate::observer::{ReuseCheck, ZeroScan};
 
-/// The format's version: a replay refuses other versions.
-pub const VERSION: u32 = 1;
+/// The format's version: a replay refuses other versions. 2: `store` is a waited store
+/// (its failure answered, never held) and `posted` a posted one (version 1 held the
+/// failure of every store without the signal).
+pub const VERSION: u32 = 2;
 /// Bytes at the start of a DMB that are always recorded: the CDC message a peer writes
 /// there (32 bytes; the user's data starts after it), which is all of a move the
 /// observer reads.
@@ -61,8 +63,10 @@ pub struct FunctionHeader {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum MoveVia {
-    /// `Fabric::store_move`: the backend's path (a failure without the signal is held).
+    /// `Fabric::store_move` of a waited store: the backend's path (a failure is answered).
     Store,
+    /// `Fabric::store_move` of a store the client posted (a failure is held).
+    Posted,
     /// `Fabric::move_data`.
     Data,
 }
@@ -451,7 +455,7 @@ mod tests {
             },
             Record::Move {
                 f: 0,
-                via: MoveVia::Store,
+                via: MoveVia::Posted,
                 window: 0x1_0080_0000,
                 len: 3,
                 data: Some(to_hex(b"abc")),
@@ -486,7 +490,7 @@ mod tests {
         std::fs::write(&path, "{\"time_us\":1}\n").unwrap();
         assert!(matches!(read(&path), Err(TraceError::Version { .. })));
         let header =
-            r#"{"trace":"ism-emu","version":1,"chid":"0x1234","functions":[],"payload":false}"#;
+            r#"{"trace":"ism-emu","version":2,"chid":"0x1234","functions":[],"payload":false}"#;
         std::fs::write(&path, format!("{header}\n{{\"t\":1,\"op\":\"explode\"}}\n")).unwrap();
         let err = read(&path).unwrap_err();
         assert!(matches!(err, TraceError::Bad { line: 2, .. }), "{err}");

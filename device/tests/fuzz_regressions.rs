@@ -8,8 +8,8 @@ use ism_emu::default_gid;
 use ism_emu::fabric::Fabric;
 use ism_emu::ism::wire::{self, ReqHeader};
 use ism_emu::pci::Bar;
+use ism_emu::server::vfio_user::Device;
 use ism_emu::testkit::rig::Recorder;
-use vfio_user::ServerBackend;
 use zerocopy::big_endian::{U16, U32};
 use zerocopy::IntoBytes;
 
@@ -34,7 +34,9 @@ fn a_command_that_does_not_decode_counts_as_a_failed_command() {
         len: U16::new(16),
     };
     let area = Bar::Command.index();
-    backend.region_write(area, 0, header.as_bytes()).unwrap();
+    backend
+        .region_write(area, 0, header.as_bytes(), false)
+        .unwrap();
     let mut response = [0; 8];
     backend.region_read(area, 0, &mut response).unwrap();
     assert_eq!(response[4..6], [0, 2], "ret 2: wrong length");

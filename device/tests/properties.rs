@@ -90,6 +90,8 @@ enum Op {
         offset: u32,
         len: usize,
         signal: bool,
+        /// Sent with the no-reply flag: a failure is held, not answered.
+        posted: bool,
         dmbe: u8,
         seed: u8,
     },
@@ -262,21 +264,24 @@ fn move_op() -> impl Strategy<Value = Op> {
         tok(),
         offset,
         len,
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
         dmbe,
         any::<u8>(),
         prop::bool::weighted(0.7),
     )
-        .prop_map(|(f, tok, offset, len, signal, dmbe, seed, aim)| Op::Move {
-            f,
-            tok,
-            aim,
-            offset,
-            len,
-            signal,
-            dmbe,
-            seed,
-        })
+        .prop_map(
+            |(f, tok, offset, len, (signal, posted), dmbe, seed, aim)| Op::Move {
+                f,
+                tok,
+                aim,
+                offset,
+                len,
+                signal,
+                posted,
+                dmbe,
+                seed,
+            },
+        )
 }
 
 fn op(mix: Mix) -> impl Strategy<Value = Op> {
@@ -545,7 +550,7 @@ impl Model {
         }
     }
 
-    /// A move without the signal by `id` into `token` failed: held, as the device does,
+    /// A posted move by `id` into `token` failed: held, as the device does,
     /// with the DMB's CDC slot.
     fn hold(&mut self, id: usize, token: u64, slot: Option<Vec<u8>>) {
         let f = &mut self.functions[id];
@@ -636,6 +641,7 @@ impl Model {
                 offset,
                 len,
                 signal,
+                posted,
                 dmbe,
                 ..
             } => {
@@ -645,23 +651,27 @@ impl Model {
                 // A failure held for this DMB fails the signalling move, which lands
                 // nothing, until the owner resets the DMB's CDC slot (or the DMB goes: then
                 // once). Beyond the limit, the next signalling move into any DMB fails.
-                if *signal {
-                    match sender.held.get(&token) {
+                let refused = *signal
+                    && match sender.held.get(&token) {
                         Some(then) => {
                             let reset = then.is_some() && slot.is_some() && *then != slot;
                             if !self.dmbs.contains_key(&token) || reset {
                                 sender.held.remove(&token);
                             }
-                            if !reset {
-                                return fx;
-                            }
+                            !reset
                         }
-                        None if std::mem::take(&mut sender.held_overflow) => return fx,
-                        None => {}
+                        None => std::mem::take(&mut sender.held_overflow),
+                    };
+                if refused {
+                    // A posted move's failure is held, whatever failed it.
+                    if *posted {
+                        let slot = self.dmbs.contains_key(&token).then_some(slot).flatten();
+                        self.hold(id, token, slot);
                     }
+                    return fx;
                 }
                 let Some(dmb) = self.dmbs.get(&token) else {
-                    if !*signal {
+                    if *posted {
                         self.hold(id, token, None);
                     }
                     return fx;
@@ -690,7 +700,7 @@ impl Model {
                             (dmb.owner, mask_at, mask_at + 2),
                         ]);
                     }
-                } else if !*signal {
+                } else if *posted {
                     self.hold(id, token, slot);
                 }
                 ok
@@ -875,6 +885,7 @@ fn perform(rig: &mut Rig, model: &Model, op: &Op) -> bool {
             offset,
             len,
             signal,
+            posted,
             dmbe,
             seed,
             ..
@@ -886,8 +897,9 @@ fn perform(rig: &mut Rig, model: &Model, op: &Op) -> bool {
                 signal: *signal,
                 offset: *offset,
             };
-            // As the backend stores it: a failed move without the signal is held.
-            let result: Result<Stored, MoveError> = rig.fabric.store_move(id, addr.encode(), &data);
+            // As the backend stores it: a failed posted move is held.
+            let result: Result<Stored, MoveError> =
+                rig.fabric.store_move(id, addr.encode(), &data, *posted);
             matches!(result, Ok(Stored::Landed))
         }
         Op::Signal {

@@ -24,7 +24,8 @@ use ism_emu::ism::MoveAddress;
 use ism_emu::observer::EventSink;
 use ism_emu::pci::{Bar, Region};
 use ism_emu::testkit::GuestRam;
-use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+use ism_emu::server::vfio_user::Device;
+use vfio_user::{DmaMapFlags, DmaUnmapFlags};
 
 pub mod seeds;
 pub mod wire;
@@ -310,8 +311,9 @@ impl World {
     }
 
     /// A region write as QEMU forwards it, with the bookkeeping of what it should count.
-    /// Returns whether the backend accepted it; for a move, whether it landed (a move
-    /// without the signal that fails is answered as done, its failure held).
+    /// Returns whether the backend accepted it; for a move, whether it landed. Moves
+    /// into an odd offset of the window are posted (their failure is held, not
+    /// answered), the others waited, so that both paths are fuzzed.
     pub fn region_write(&mut self, f: usize, region: u32, offset: u64, data: &[u8]) -> bool {
         let executes = matches!(Region::from_index(region), Some(Region::Bar(Bar::Command)))
             && offset == 0
@@ -322,7 +324,7 @@ impl World {
         let before = self.fabric.lock().functions[f].counters.clone();
         let answered = self.guests[f]
             .backend
-            .region_write(region, offset, data)
+            .region_write(region, offset, data, is_move && offset & 1 == 1)
             .is_ok();
         let held = self.fabric.lock().functions[f].counters.moves_held > before.moves_held;
         let ok = answered && !held;

@@ -356,15 +356,16 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, MoveError::Injected { rule: 1, .. }), "{err}");
         assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), [0, 0, 0]);
-        // Without the signal (posted by QEMU): held, and the next signal fails.
+        // Posted (QEMU posts moves without the signal with x-ism-post=on): held, and
+        // the next signal fails.
         let stored = rig
             .fabric
-            .store_move(0, window(token, false), b"abc")
+            .store_move(0, window(token, false), b"abc", true)
             .unwrap();
         assert!(matches!(stored, Stored::Held(MoveError::Injected { .. })));
         let held = rig
             .fabric
-            .store_move(0, window(token, true), b"x")
+            .store_move(0, window(token, true), b"x", false)
             .unwrap_err();
         assert!(matches!(held, MoveError::Held { .. }), "{held}");
         // The rule is spent: moves land again.

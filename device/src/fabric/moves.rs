@@ -53,21 +53,24 @@ pub enum MoveError {
 pub enum Stored {
     /// It landed (and signalled, if it asked to).
     Landed,
-    /// It failed without the signal flag: held, failing the sender's signalling moves
-    /// into the same DMB (see [`HeldFailures`]).
+    /// It was posted (the client will never learn its result) and failed: held, failing
+    /// the sender's signalling moves into the same DMB (see [`HeldFailures`]).
     Held(MoveError),
 }
 
-/// Failures of moves without the signal flag, each failing every later signalling move
-/// of the sender into the same DMB. The patched QEMU posts such moves, and a backend
-/// cannot tell a posted write from a waited one (the vfio_user crate answers for it), so
-/// every such failure is held, never answered: the guest counted the bytes as sent, and
-/// any signal that lands after them would advertise bytes the DMB never got
-/// (docs/faults.md, "Posted moves"). So the failure stays until the connection on that
-/// DMB has ended, which the device sees as the DMB's owner resetting its CDC slot (both
-/// the zeroing at release, kernel 1c5526968e27, and the zeroing at hand-out before it do
-/// that), or until the DMB goes. One entry per DMB; beyond `HELD_TOKENS` DMBs the next
-/// signalling move into *any* DMB fails, once, which may abort an innocent connection.
+/// Failures of posted moves, each failing every later signalling move of the sender into
+/// the same DMB. Only a move that arrived with the vfio-user no-reply flag is held: the
+/// patched QEMU posts ISM data moves without the signal only with `x-ism-post=on`, and
+/// only to a server that announces it holds their failures (`x_ism_posted_moves`). A
+/// waited move gets its true result at once, as on real ISM, and is never held.
+///
+/// The guest counted a posted move's bytes as sent, and any signal that lands after them
+/// would advertise bytes the DMB never got (docs/faults.md, "Posted moves"). So the
+/// failure stays until the connection on that DMB has ended, which the device sees as the
+/// DMB's owner resetting its CDC slot (both the zeroing at release, kernel 1c5526968e27,
+/// and the zeroing at hand-out before it do that), or until the DMB goes. One entry per
+/// DMB; beyond `HELD_TOKENS` DMBs the next signalling move into *any* DMB fails, once,
+/// which may abort an innocent connection.
 #[derive(Debug, Default)]
 pub struct HeldFailures {
     by_token: BTreeMap<u64, Held>,
@@ -125,32 +128,29 @@ enum Step {
 
 impl Fabric {
     /// A store into the move window as the device answers it (a PCISTB to BAR 0 at
-    /// `window_offset`, forwarded by QEMU). A move without the signal flag never fails
-    /// here, since QEMU may have posted it; its failure is held (see [`HeldFailures`]).
-    /// A signalling move fails without touching the DMB if a failure is held for it.
+    /// `window_offset`, forwarded by QEMU). A waited store gets its true result: a move
+    /// that fails is refused and changes nothing else. A `posted` one cannot be answered,
+    /// so its failure is held (see [`HeldFailures`]). A signalling move fails without
+    /// touching the DMB while a failure is held for it.
     pub fn store_move(
         &self,
         sender: FunctionId,
         window_offset: u64,
         data: &[u8],
+        posted: bool,
     ) -> Result<Stored, MoveError> {
         let addr = MoveAddress::decode(window_offset);
-        if addr.signal {
-            // The held failure is looked for under the same lock as the move itself,
-            // and a move it refuses is timed and counted like any refused move.
-            return self
-                .move_with(
-                    sender,
-                    window_offset,
-                    data,
-                    Some(addr.token),
-                    MoveVia::Store,
-                )
-                .map(|()| Stored::Landed);
-        }
-        match self.move_with(sender, window_offset, data, None, MoveVia::Store) {
+        // The held failure is looked for under the same lock as the move itself, and a
+        // move it refuses is timed and counted like any refused move.
+        let held_for = addr.signal.then_some(addr.token);
+        let via = if posted {
+            MoveVia::Posted
+        } else {
+            MoveVia::Store
+        };
+        match self.move_with(sender, window_offset, data, held_for, via) {
             Ok(()) => Ok(Stored::Landed),
-            Err(e) => {
+            Err(e) if posted => {
                 let mut st = self.lock();
                 let slot = if self.replaying() {
                     None
@@ -162,6 +162,7 @@ impl Fabric {
                 f.held.hold(addr.token, e.to_string(), slot);
                 Ok(Stored::Held(e))
             }
+            Err(e) => Err(e),
         }
     }
 
@@ -239,8 +240,8 @@ impl Fabric {
                 Err(e) => {
                     counters.moves_rejected += 1;
                     counters.move_service.record(started.elapsed());
-                    // store_move holds the failure of a move without the signal.
-                    let result = if via == MoveVia::Store && held_for.is_none() {
+                    // store_move holds the failure of a posted move.
+                    let result = if via == MoveVia::Posted {
                         MoveResult::Held
                     } else {
                         MoveResult::Rejected
@@ -635,29 +636,31 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_move_without_signal_fails_every_later_signal_into_that_dmb() {
+    fn a_failed_posted_move_fails_every_later_signal_into_that_dmb() {
         let rig = Rig::new(2);
         let a = rig.reg_dmb(1, rig.gid(0), 32);
         let b = rig.reg_dmb(1, rig.gid(0), 33);
         // The connection's earlier signal: the CDC slot holds it.
         assert!(matches!(
-            rig.fabric.store_move(0, to(a, 0, true), b"cdc1"),
+            rig.fabric.store_move(0, to(a, 0, true), b"cdc1", false),
             Ok(Stored::Landed)
         ));
-        let past_end = rig.fabric.store_move(0, to(a, 32_000, false), b"lost");
+        let past_end = rig
+            .fabric
+            .store_move(0, to(a, 32_000, false), b"lost", true);
         assert!(matches!(
             past_end,
             Ok(Stored::Held(MoveError::OutOfRange { .. }))
         ));
         // Another DMB's connection is not affected.
         assert!(matches!(
-            rig.fabric.store_move(0, to(b, 0, true), b"other"),
+            rig.fabric.store_move(0, to(b, 0, true), b"other", false),
             Ok(Stored::Landed)
         ));
         // Every signal into the failing DMB fails and lands nothing: any of them would
         // advertise the lost bytes. Moves without the signal still land.
         for _ in 0..3 {
-            let err = rig.fabric.store_move(0, to(a, 0, true), b"cdc2");
+            let err = rig.fabric.store_move(0, to(a, 0, true), b"cdc2", false);
             assert!(
                 matches!(err, Err(MoveError::Held { token, .. }) if token == a),
                 "{err:?}"
@@ -665,7 +668,7 @@ mod tests {
             assert_eq!(rig.ram(1, Rig::dmb_offset(32), 4), b"cdc1");
         }
         assert!(matches!(
-            rig.fabric.store_move(0, to(a, 64, false), b"more"),
+            rig.fabric.store_move(0, to(a, 64, false), b"more", true),
             Ok(Stored::Landed)
         ));
         let moved_a = |c: &String| c.starts_with("moved") && c.contains(&format!("{a:#x}"));
@@ -677,19 +680,53 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_waited_move_is_refused_and_holds_nothing() {
+        let rig = Rig::new(2);
+        let a = rig.reg_dmb(1, rig.gid(0), 32);
+        // As on ISM: the failing store fails at once, with or without the signal...
+        for signal in [false, true] {
+            let err = rig
+                .fabric
+                .store_move(0, to(a, 32_000, signal), b"lost", false);
+            assert!(matches!(err, Err(MoveError::OutOfRange { .. })), "{err:?}");
+            let ghost = rig
+                .fabric
+                .store_move(0, to(0x77 << 32, 0, signal), b"x", false);
+            assert!(
+                matches!(ghost, Err(MoveError::UnknownToken(_))),
+                "{ghost:?}"
+            );
+        }
+        assert!(!rig.fabric.lock().functions[0].held.holds(a));
+        // ...and the next valid signalling move lands and signals.
+        assert!(matches!(
+            rig.fabric.store_move(0, to(a, 0, true), b"cdc", false),
+            Ok(Stored::Landed)
+        ));
+        assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), b"cdc");
+        let c = &rig.fabric.lock().functions[0].counters;
+        assert_eq!((c.moves_held, c.moves_rejected, c.moves_out), (0, 4, 1));
+    }
+
+    #[test]
     fn a_held_failure_is_lifted_when_the_owner_resets_the_dmb() {
         let rig = Rig::new(2);
         let a = rig.reg_dmb(1, rig.gid(0), 32);
-        rig.fabric.store_move(0, to(a, 0, true), b"cdc1").unwrap();
         rig.fabric
-            .store_move(0, to(a, 32_000, false), b"x")
+            .store_move(0, to(a, 0, true), b"cdc1", false)
             .unwrap();
-        assert!(rig.fabric.store_move(0, to(a, 0, true), b"cdc2").is_err());
+        rig.fabric
+            .store_move(0, to(a, 32_000, false), b"x", true)
+            .unwrap();
+        assert!(rig
+            .fabric
+            .store_move(0, to(a, 0, true), b"cdc2", false)
+            .is_err());
         // The owner's kernel zeroes the DMB when the connection releases it (or hands
         // it out again): the next connection's signals land.
         rig.rams[1].write(Rig::dmb_offset(32), &[0; 4]).unwrap();
         assert!(matches!(
-            rig.fabric.store_move(0, to(a, 0, true), b"new1"),
+            rig.fabric.store_move(0, to(a, 0, true), b"new1", false),
             Ok(Stored::Landed)
         ));
         assert!(!rig.fabric.lock().functions[0].held.holds(a));
@@ -701,7 +738,7 @@ mod tests {
         let rig = Rig::new(2);
         let a = rig.reg_dmb(1, rig.gid(0), 32);
         rig.fabric
-            .store_move(0, to(a, 32_000, false), b"x")
+            .store_move(0, to(a, 32_000, false), b"x", true)
             .unwrap();
         let unreg = rig.fabric.execute(1, Command::UnregDmb { token: a });
         assert!(unreg.is_ok(), "{unreg:?}");
@@ -709,7 +746,7 @@ mod tests {
 
         let b = rig.reg_dmb(1, rig.gid(0), 33);
         rig.fabric
-            .store_move(0, to(b, 32_000, false), b"x")
+            .store_move(0, to(b, 32_000, false), b"x", true)
             .unwrap();
         rig.fabric.detach(0, "reset", true);
         assert!(!rig.fabric.lock().functions[0].held.holds(b));
@@ -717,9 +754,14 @@ mod tests {
         // A failure for a token no DMB has fails the next signal to it, once.
         rig.probe(0);
         let ghost = 0x77 << 32;
-        rig.fabric.store_move(0, to(ghost, 0, false), b"x").unwrap();
+        rig.fabric
+            .store_move(0, to(ghost, 0, false), b"x", true)
+            .unwrap();
         assert!(rig.fabric.lock().functions[0].held.holds(ghost));
-        assert!(rig.fabric.store_move(0, to(ghost, 0, true), b"x").is_err());
+        assert!(rig
+            .fabric
+            .store_move(0, to(ghost, 0, true), b"x", false)
+            .is_err());
         assert!(!rig.fabric.lock().functions[0].held.holds(ghost));
     }
 
@@ -731,13 +773,16 @@ mod tests {
             // Unknown tokens: each is one more DMB with a held failure.
             let token = (0x100 + i) << 32;
             assert!(matches!(
-                rig.fabric.store_move(0, to(token, 0, false), b"x"),
+                rig.fabric.store_move(0, to(token, 0, false), b"x", true),
                 Ok(Stored::Held(MoveError::UnknownToken(_)))
             ));
         }
-        let err = rig.fabric.store_move(0, to(good, 0, true), b"cdc");
+        let err = rig.fabric.store_move(0, to(good, 0, true), b"cdc", false);
         assert!(matches!(err, Err(MoveError::Held { .. })), "{err:?}");
-        assert!(rig.fabric.store_move(0, to(good, 0, true), b"cdc").is_ok());
+        assert!(rig
+            .fabric
+            .store_move(0, to(good, 0, true), b"cdc", false)
+            .is_ok());
     }
 
     #[test]

@@ -4,4 +4,4 @@ pub mod config_space;
 pub mod regions;
 
 pub use config_space::ConfigSpace;
-pub use regions::{server_regions, Bar, Region};
+pub use regions::{region_size, Bar, Region};

@@ -1,10 +1,6 @@
 //! The vfio-user region table: which BAR is what, and how big.
 
-use vfio_bindings::bindings::vfio::{
-    vfio_region_info, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_NUM_REGIONS,
-    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
-};
-use vfio_user::ServerRegion;
+use vfio_bindings::bindings::vfio::VFIO_PCI_CONFIG_REGION_INDEX;
 
 use crate::ism::MOVE_WINDOW_SHIFT;
 
@@ -68,31 +64,11 @@ impl Region {
     }
 }
 
-/// The full region list for `vfio_user::Server`: every index up to the PCI maximum, unused
-/// ones with size 0. No region is mmap-able: every access must reach the device model.
-pub fn server_regions() -> Vec<ServerRegion> {
-    (0..VFIO_PCI_NUM_REGIONS)
-        .map(|index| {
-            let size = Region::from_index(index).map_or(0, Region::size);
-            let flags = if size == 0 {
-                0
-            } else {
-                VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE
-            };
-            ServerRegion {
-                region_info: vfio_region_info {
-                    argsz: std::mem::size_of::<vfio_region_info>() as u32,
-                    flags,
-                    index,
-                    cap_offset: 0,
-                    size,
-                    offset: 0,
-                },
-                sparse_areas: Vec::new(),
-                mmap_fd: None,
-            }
-        })
-        .collect()
+/// The size of region `index` as the client is told it: 0 for every PCI region index the
+/// function does not implement (BARs 1, 3, 5, the ROM, VGA). No region is mmap-able:
+/// every access must reach the device model.
+pub fn region_size(index: u32) -> u64 {
+    Region::from_index(index).map_or(0, Region::size)
 }
 
 #[cfg(test)]
@@ -107,13 +83,11 @@ mod tests {
     }
 
     #[test]
-    fn region_table_covers_every_pci_index() {
-        let regions = server_regions();
-        assert_eq!(regions.len(), VFIO_PCI_NUM_REGIONS as usize);
-        assert_eq!(regions[0].region_info.size, Bar::Move.size());
-        assert_eq!(regions[1].region_info.size, 0);
-        assert_eq!(regions[2].region_info.size, 4096);
-        assert_eq!(regions[6].region_info.size, 0, "no expansion ROM");
-        assert_eq!(regions[7].region_info.size, 256);
+    fn region_sizes_of_every_pci_index() {
+        assert_eq!(region_size(0), Bar::Move.size());
+        assert_eq!(region_size(1), 0);
+        assert_eq!(region_size(2), 4096);
+        assert_eq!(region_size(6), 0, "no expansion ROM");
+        assert_eq!(region_size(7), 256);
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
-use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use super::GuestRam;
@@ -21,89 +21,12 @@ use crate::ism::command::HEADER_LEN as ISM_HEADER_LEN;
 use crate::ism::wire::{Request, RespHeader};
 use crate::pci::Bar;
 
-/// vfio-user command numbers (protocol specification, section "Commands").
-pub mod cmd {
-    pub const VERSION: u16 = 1;
-    pub const DMA_MAP: u16 = 2;
-    pub const DMA_UNMAP: u16 = 3;
-    pub const DEVICE_GET_INFO: u16 = 4;
-    pub const DEVICE_GET_REGION_INFO: u16 = 5;
-    pub const DEVICE_GET_IRQ_INFO: u16 = 7;
-    pub const DEVICE_SET_IRQS: u16 = 8;
-    pub const REGION_READ: u16 = 9;
-    pub const REGION_WRITE: u16 = 10;
-    pub const DEVICE_RESET: u16 = 13;
-}
-
-const FLAG_REPLY: u32 = 0x1;
-const FLAG_NO_REPLY: u32 = 0x10;
-const FLAG_ERROR: u32 = 0x20;
-
-/// vfio-user message layouts (little-endian), as far as the client needs them.
-pub mod msg {
-    use super::*;
-
-    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
-    #[repr(C)]
-    pub struct Header {
-        pub id: U16,
-        pub command: U16,
-        /// The whole message, header included.
-        pub size: U32,
-        pub flags: U32,
-        pub error: U32,
-    }
-
-    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
-    #[repr(C)]
-    pub struct DmaMap {
-        pub argsz: U32,
-        pub flags: U32,
-        pub offset: U64,
-        pub address: U64,
-        pub size: U64,
-    }
-
-    impl DmaMap {
-        /// A readable and writable mapping of `size` bytes at file `offset`.
-        pub fn new(address: u64, size: u64, offset: u64) -> Self {
-            Self {
-                argsz: U32::new(size_of::<Self>() as u32),
-                flags: U32::new(3),
-                offset: offset.into(),
-                address: address.into(),
-                size: size.into(),
-            }
-        }
-    }
-
-    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
-    #[repr(C)]
-    pub struct DmaUnmap {
-        pub argsz: U32,
-        pub flags: U32,
-        pub address: U64,
-        pub size: U64,
-    }
-
-    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
-    #[repr(C)]
-    pub struct RegionAccess {
-        pub offset: U64,
-        pub region: U32,
-        pub count: U32,
-    }
-
-    #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
-    #[repr(C)]
-    pub struct SetIrqs {
-        pub argsz: U32,
-        pub flags: U32,
-        pub index: U32,
-        pub start: U32,
-        pub count: U32,
-    }
-}
+/// vfio-user command numbers and message layouts: the server's own (one definition).
+pub use crate::server::wire as msg;
+pub use crate::server::wire::command as cmd;
+use crate::server::wire::flags::{
+    ERROR as FLAG_ERROR, NO_REPLY as FLAG_NO_REPLY, TYPE_REPLY as FLAG_REPLY,
+};
 
 /// A reply: `Err(errno)` when the server flagged an error.
 pub type Reply = std::result::Result<Vec<u8>, u32>;
@@ -207,6 +130,16 @@ impl Client {
     /// Sends raw bytes (for truncated or malformed messages).
     pub fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.stream.write_all(bytes)
+    }
+
+    /// Ends the client's side of the stream (the server sees an end of stream).
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        self.stream.shutdown(std::net::Shutdown::Write)
+    }
+
+    /// The stream itself, for tests that need what the client does not offer.
+    pub fn stream(&self) -> &UnixStream {
+        &self.stream
     }
 
     pub fn recv_reply(&mut self, id: u16) -> io::Result<Reply> {

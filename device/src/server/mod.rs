@@ -1,6 +1,9 @@
-//! Running the emulator: one vfio-user server thread per function socket, the zeroing
-//! watcher's thread, and a main event loop (event-manager) for the control socket and
-//! shutdown.
+//! Running the emulator: one vfio-user server thread per function socket (its message
+//! loop in `vfio_user`), the zeroing watcher's thread, and a main event loop
+//! (event-manager) for the control socket and shutdown.
+
+pub mod vfio_user;
+pub mod wire;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -11,15 +14,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use event_manager::{EventManager, EventOps, Events, MutEventSubscriber, SubscriberOps};
+use vfio_bindings::bindings::vfio::{
+    VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE,
+};
 use vmm_sys_util::epoll::EventSet;
 
+use self::vfio_user::{Connection, Description};
 use crate::backend::IsmBackend;
 use crate::control::Control;
 use crate::dmb::FunctionId;
 use crate::fabric::Fabric;
-use crate::interrupts::irq_infos;
+use crate::interrupts::{vector_count, IRQ_INFO_FLAGS};
 use crate::observer::{Observer, ZERO_POLL_INTERVAL};
-use crate::pci::server_regions;
+use crate::pci::region_size;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -29,7 +37,7 @@ pub enum ServeError {
     Listen {
         path: PathBuf,
         #[source]
-        source: vfio_user::Error,
+        source: std::io::Error,
     },
     #[error("cannot bind the control socket {path}")]
     Control {
@@ -66,16 +74,49 @@ pub fn spawn_function(fabric: Arc<Fabric>, id: FunctionId, path: &Path) -> Resul
     Ok(())
 }
 
-fn listen(path: &Path) -> Result<vfio_user::Server, ServeError> {
-    let server =
-        vfio_user::Server::new(path, true, irq_infos(), server_regions()).map_err(|source| {
-            ServeError::Listen {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
+fn listen(path: &Path) -> Result<UnixListener, ServeError> {
+    let listener = UnixListener::bind(path).map_err(|source| ServeError::Listen {
+        path: path.to_path_buf(),
+        source,
+    })?;
     owner_only(path)?;
-    Ok(server)
+    Ok(listener)
+}
+
+/// What every function tells its client about itself: every PCI region index (unused
+/// ones with size 0) and every PCI interrupt index.
+pub fn description() -> Description {
+    let regions = (0..VFIO_PCI_NUM_REGIONS)
+        .map(|index| {
+            let size = region_size(index);
+            let flags = if size == 0 {
+                0
+            } else {
+                VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE
+            };
+            wire::RegionInfo {
+                argsz: (size_of::<wire::RegionInfo>() as u32).into(),
+                flags: flags.into(),
+                index: index.into(),
+                cap_offset: 0.into(),
+                size: size.into(),
+                offset: 0.into(),
+            }
+        })
+        .collect();
+    let irqs = (0..VFIO_PCI_NUM_IRQS)
+        .map(|index| wire::IrqInfo {
+            argsz: (size_of::<wire::IrqInfo>() as u32).into(),
+            flags: IRQ_INFO_FLAGS.into(),
+            index: index.into(),
+            count: vector_count(index).into(),
+        })
+        .collect();
+    Description {
+        regions,
+        irqs,
+        resettable: true,
+    }
 }
 
 /// Makes a socket the emulator created usable by its own user only (`ism-emu serve`
@@ -113,18 +154,25 @@ fn bind_control(path: &Path) -> Result<UnixListener, ServeError> {
 const RETRY_PAUSE: Duration = Duration::from_millis(10);
 
 /// One client after another. Whatever ends a client — a disconnect, a protocol error,
-/// or a panic in the vfio_user crate or the backend — detaches the function the same
-/// way (its DMBs and mappings dropped, its peers told), and the socket serves the next.
+/// or a panic in the backend — detaches the function the same way (its DMBs and mappings
+/// dropped, its peers told), and the socket serves the next.
 fn serve_function(
     fabric: Arc<Fabric>,
     id: FunctionId,
     name: &str,
     path: &Path,
-    mut server: vfio_user::Server,
+    mut listener: UnixListener,
 ) {
+    let description = description();
     let mut backend = IsmBackend::new(Arc::clone(&fabric), id);
     loop {
-        let served = catch_unwind(AssertUnwindSafe(|| server.run(&mut backend)));
+        let served = match listener.accept() {
+            Ok((stream, _)) => catch_unwind(AssertUnwindSafe(|| {
+                Connection::new(stream, &description).serve(&mut backend)
+            }))
+            .map(|r| r.map_err(|e| e.to_string())),
+            Err(e) => Ok(Err(format!("accept: {e}"))),
+        };
         let clean = matches!(served, Ok(Ok(())));
         match served {
             Ok(Ok(())) => log::info!("{name}: client disconnected"),
@@ -146,10 +194,10 @@ fn serve_function(
         // A fresh backend: a panic may have left the old one half-way.
         backend = IsmBackend::new(Arc::clone(&fabric), id);
         if !path.exists() {
-            // The socket file went away (removed by hand, or by the crate's Drop):
-            // bind it again so the next QEMU can connect.
+            // The socket file went away (removed by hand): bind it again so that the
+            // next QEMU can connect.
             match listen(path) {
-                Ok(new) => server = new,
+                Ok(new) => listener = new,
                 Err(e) => {
                     log::error!("{name}: {e}; function no longer served");
                     return;
