@@ -54,7 +54,12 @@ pub struct Budget {
     burst: u64,
     available: u64,
     last: Instant,
+    /// Earned since `last` but less than a unit, in units × nanoseconds: a budget asked
+    /// more often than it earns a unit must still earn `rate` a second.
+    carry: u128,
 }
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
 
 impl Budget {
     /// A full bucket.
@@ -64,17 +69,23 @@ impl Budget {
             burst,
             available: burst,
             last: Instant::now(),
+            carry: 0,
         }
     }
 
     /// Takes `n` units if there are that many; false (and nothing taken) if not.
     pub fn take(&mut self, now: Instant, n: u64) -> bool {
         let elapsed = now.saturating_duration_since(self.last);
-        let earned = (elapsed.as_secs_f64() * self.rate as f64) as u64;
-        if earned > 0 {
-            self.available = self.available.saturating_add(earned).min(self.burst);
-            self.last = now;
-        }
+        self.last = self.last.max(now);
+        let earned = elapsed.as_nanos() * u128::from(self.rate) + self.carry;
+        let units = u64::try_from(earned / NANOS_PER_SEC).unwrap_or(u64::MAX);
+        self.available = self.available.saturating_add(units).min(self.burst);
+        // A full bucket saves nothing more, not even a fraction.
+        self.carry = if self.available == self.burst {
+            0
+        } else {
+            earned % NANOS_PER_SEC
+        };
         if self.available >= n {
             self.available -= n;
             true
@@ -101,6 +112,22 @@ mod tests {
             !budget.take(t0 + Duration::from_secs(60), 1),
             "to the burst only"
         );
+    }
+
+    #[test]
+    fn a_budget_asked_more_often_than_it_earns_a_unit_still_earns_its_rate() {
+        let mut budget = Budget::new(3, 3);
+        let t0 = budget.last;
+        assert!(budget.take(t0, 3));
+        // Half a second earns 1.5 units: the half must count towards the next.
+        let mut taken = 0;
+        for i in 1..=20 {
+            let now = t0 + Duration::from_millis(500) * i;
+            while budget.take(now, 1) {
+                taken += 1;
+            }
+        }
+        assert_eq!(taken, 30, "3 a second for 10 s");
     }
 
     #[test]
