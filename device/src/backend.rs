@@ -19,7 +19,7 @@ use crate::fabric::{Fabric, Stored};
 use crate::ism::command::{self, HEADER_LEN};
 use crate::ism::MAX_MOVE_LEN;
 use crate::pci::{Bar, ConfigSpace, Region};
-use crate::ratelimit::RateLimit;
+use crate::ratelimit::{guest_lines, guest_log};
 
 const COMMAND_AREA: usize = Bar::Command.size() as usize;
 
@@ -33,7 +33,6 @@ pub struct IsmBackend {
     /// A client is talking to us. Set by its first request, not by `accept`, which
     /// happens inside `vfio_user::Server::run` where we cannot see it.
     attached: bool,
-    guest_errors: RateLimit,
     config: ConfigSpace,
     command_area: Box<[u8; COMMAND_AREA]>,
 }
@@ -51,7 +50,6 @@ impl IsmBackend {
             name,
             gid,
             attached: false,
-            guest_errors: RateLimit::default(),
             config: ConfigSpace::ism(),
             command_area: Box::new([0; COMMAND_AREA]),
         }
@@ -95,12 +93,10 @@ impl IsmBackend {
             })
     }
 
-    /// Whether a guest-caused warning may be logged now (see `ratelimit`).
+    /// Whether a guest-caused warning may be logged now (the function's share of
+    /// `ratelimit::guest_lines`, which every guest-caused line draws on).
     fn guest_errors_may_log(&mut self) -> bool {
-        let name = &self.name;
-        self.guest_errors.allow(Instant::now(), |n| {
-            log::warn!("{name}: {n} more failed commands or rejected moves not logged");
-        })
+        guest_lines().allow(&self.name, self.gid, Instant::now())
     }
 
     /// Called when the client goes away for good.
@@ -134,8 +130,13 @@ impl ServerBackend for IsmBackend {
         match Region::from_index(region) {
             Some(Region::Config) => {
                 if !self.config.read(offset, data) {
-                    let (name, len) = (&self.name, data.len());
-                    log::warn!("{name}: config read {offset:#x}+{len} out of range");
+                    let len = data.len();
+                    guest_log!(
+                        Warn,
+                        self.name,
+                        self.gid,
+                        "config read {offset:#x}+{len} out of range"
+                    );
                     data.fill(0xff);
                 }
             }
@@ -235,9 +236,11 @@ impl ServerBackend for IsmBackend {
                 flags.contains(DmaMapFlags::WRITE),
             )
             .map_err(|e| {
-                log::warn!(
-                    "{}: DMA_MAP iova {address:#x} size {size:#x}: {e}",
-                    self.name
+                guest_log!(
+                    Warn,
+                    self.name,
+                    self.gid,
+                    "DMA_MAP iova {address:#x} size {size:#x}: {e}"
                 );
                 invalid(e.to_string())
             })
@@ -279,7 +282,7 @@ impl ServerBackend for IsmBackend {
         self.fabric
             .set_irqs(self.id, index, flags, start, count, fds)
             .map_err(|e| {
-                log::warn!("{}: SET_IRQS index {index}: {e}", self.name);
+                guest_log!(Warn, self.name, self.gid, "SET_IRQS index {index}: {e}");
                 invalid(e.to_string())
             })
     }

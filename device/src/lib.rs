@@ -15,7 +15,7 @@
 //! - [`fault`]: fault injection rules (the fabric asks them at its hooks);
 //! - [`dma`]: a guest's IOVA space over its shared RAM;
 //! - [`interrupts`]: the one MSI/MSI-X vector;
-//! - [`ratelimit`]: keeps guest-triggered log lines from flooding the host's log; budgets.
+//! - [`ratelimit`]: one budget per function for every log line its guest can cause; budgets.
 #![forbid(unsafe_code)]
 
 pub mod backend;
