@@ -19,7 +19,7 @@ use crate::fabric::{Fabric, Stored};
 use crate::ism::command::{self, HEADER_LEN};
 use crate::ism::MAX_MOVE_LEN;
 use crate::pci::{Bar, ConfigSpace, Region};
-use crate::ratelimit::RateLimit;
+use crate::ratelimit::{guest_lines, guest_log};
 use crate::server::vfio_user::{Device, Refused};
 
 const COMMAND_AREA: usize = Bar::Command.size() as usize;
@@ -34,7 +34,6 @@ pub struct IsmBackend {
     /// A client is talking to us. Set by its first request to the device (VERSION and
     /// the info queries do not reach the backend).
     attached: bool,
-    guest_errors: RateLimit,
     config: ConfigSpace,
     command_area: Box<[u8; COMMAND_AREA]>,
 }
@@ -52,7 +51,6 @@ impl IsmBackend {
             name,
             gid,
             attached: false,
-            guest_errors: RateLimit::default(),
             config: ConfigSpace::ism(),
             command_area: Box::new([0; COMMAND_AREA]),
         }
@@ -100,12 +98,10 @@ impl IsmBackend {
             })
     }
 
-    /// Whether a guest-caused warning may be logged now (see `ratelimit`).
+    /// Whether a guest-caused warning may be logged now (the function's share of
+    /// `ratelimit::guest_lines`, which every guest-caused line draws on).
     fn guest_errors_may_log(&mut self) -> bool {
-        let name = &self.name;
-        self.guest_errors.allow(Instant::now(), |n| {
-            log::warn!("{name}: {n} more failed commands or rejected moves not logged");
-        })
+        guest_lines().allow(&self.name, self.gid, Instant::now())
     }
 
     /// Called when the client goes away for good.
@@ -138,8 +134,13 @@ impl Device for IsmBackend {
         match Region::from_index(region) {
             Some(Region::Config) => {
                 if !self.config.read(offset, data) {
-                    let (name, len) = (&self.name, data.len());
-                    log::warn!("{name}: config read {offset:#x}+{len} out of range");
+                    let len = data.len();
+                    guest_log!(
+                        Warn,
+                        self.name,
+                        self.gid,
+                        "config read {offset:#x}+{len} out of range"
+                    );
                     data.fill(0xff);
                 }
             }
@@ -244,9 +245,11 @@ impl Device for IsmBackend {
                 flags.contains(DmaMapFlags::WRITE),
             )
             .map_err(|e| {
-                log::warn!(
-                    "{}: DMA_MAP iova {address:#x} size {size:#x}: {e}",
-                    self.name
+                guest_log!(
+                    Warn,
+                    self.name,
+                    self.gid,
+                    "DMA_MAP iova {address:#x} size {size:#x}: {e}"
                 );
                 invalid(e.to_string())
             })
@@ -288,7 +291,7 @@ impl Device for IsmBackend {
         self.fabric
             .set_irqs(self.id, index, flags, start, count, fds)
             .map_err(|e| {
-                log::warn!("{}: SET_IRQS index {index}: {e}", self.name);
+                guest_log!(Warn, self.name, self.gid, "SET_IRQS index {index}: {e}");
                 invalid(e.to_string())
             })
     }

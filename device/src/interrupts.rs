@@ -6,20 +6,16 @@
 //! Only eventfds are accepted, and they are written non-blocking: a client that never
 //! reads its eventfd loses interrupts, it does not stall the fabric.
 
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::time::Instant;
-
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK,
     VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE, VFIO_IRQ_SET_DATA_TYPE_MASK,
     VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX,
 };
-
-use crate::ratelimit::RateLimit;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum IrqError {
@@ -36,6 +32,12 @@ pub enum IrqError {
     #[error("cannot make the eventfd non-blocking: {0}")]
     NonBlocking(nix::Error),
 }
+
+/// An interrupt that did not go out: the eventfd's counter is full (the client never
+/// reads it) or the write failed. The caller logs it, within the guest's share of lines.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupt lost: eventfd write gave {0:?}")]
+pub struct IrqLost(std::io::Result<usize>);
 
 /// Accepts `file` as an interrupt only if it is an eventfd, and makes its writes
 /// non-blocking: a pipe (or a saturated eventfd) must not stall the fabric's lock.
@@ -62,7 +64,6 @@ pub const IRQ_INFO_FLAGS: u32 = VFIO_IRQ_INFO_EVENTFD;
 pub struct Interrupts {
     msi: Option<File>,
     msix: Option<File>,
-    lost: RateLimit,
 }
 
 impl Interrupts {
@@ -116,21 +117,14 @@ impl Interrupts {
     }
 
     /// Raises the vector. Returns false when the guest has not enabled one.
-    pub fn raise(&mut self) -> bool {
+    pub fn raise(&mut self) -> Result<bool, IrqLost> {
         let Some(fd) = self.msi.as_mut().or(self.msix.as_mut()) else {
-            return false;
+            return Ok(false);
         };
+        // A full counter (EAGAIN) means the client never reads its eventfd.
         match fd.write(&1u64.to_ne_bytes()) {
-            Ok(8) => true,
-            result => {
-                // A full counter (EAGAIN) means the client never reads its eventfd.
-                if self.lost.allow(Instant::now(), |n| {
-                    log::warn!("{n} more interrupts lost");
-                }) {
-                    log::warn!("interrupt lost: eventfd write gave {result:?}");
-                }
-                false
-            }
+            Ok(8) => Ok(true),
+            result => Err(IrqLost(result)),
         }
     }
 
@@ -181,7 +175,7 @@ mod tests {
     #[test]
     fn raise_without_eventfd_reports_no_interrupt() {
         let mut irqs = Interrupts::default();
-        assert!(!irqs.raise());
+        assert!(matches!(irqs.raise(), Ok(false)));
     }
 
     #[test]
@@ -190,8 +184,8 @@ mod tests {
         let (efd, file) = eventfd();
         irqs.set(VFIO_PCI_MSI_IRQ_INDEX, TRIGGER_EVENTFD, 0, 1, vec![file])
             .unwrap();
-        assert!(irqs.raise());
-        assert!(irqs.raise());
+        assert!(matches!(irqs.raise(), Ok(true)));
+        assert!(matches!(irqs.raise(), Ok(true)));
         assert_eq!(efd.read().unwrap(), 2);
     }
 
@@ -214,10 +208,10 @@ mod tests {
             let mut irqs = Interrupts::default();
             irqs.set(VFIO_PCI_MSI_IRQ_INDEX, TRIGGER_EVENTFD, 0, 1, vec![file])
                 .unwrap();
-            let _ = done.send(irqs.raise());
+            let _ = done.send(irqs.raise().is_err());
         });
-        let raised = finished.recv_timeout(std::time::Duration::from_secs(2));
-        assert_eq!(raised, Ok(false), "the raise blocked or went out");
+        let lost = finished.recv_timeout(std::time::Duration::from_secs(2));
+        assert_eq!(lost, Ok(true), "the raise blocked or went out");
     }
 
     #[test]

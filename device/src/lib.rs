@@ -15,7 +15,8 @@
 //! - [`fault`]: fault injection rules (the fabric asks them at its hooks);
 //! - [`dma`]: a guest's IOVA space over its shared RAM;
 //! - [`interrupts`]: the one MSI/MSI-X vector;
-//! - [`ratelimit`]: keeps guest-triggered log lines from flooding the host's log; budgets.
+//! - [`logger`]: the process's log, written by a thread of its own: a log call never waits;
+//! - [`ratelimit`]: one budget per function for every log line its guest can cause; budgets.
 #![forbid(unsafe_code)]
 
 pub mod backend;
@@ -26,6 +27,7 @@ pub mod fabric;
 pub mod fault;
 pub mod interrupts;
 pub mod ism;
+pub mod logger;
 pub mod observer;
 pub mod pci;
 pub mod ratelimit;

@@ -196,7 +196,11 @@ fn main() -> ExitCode {
     if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("vfio_user")) {
         logger.filter_module("vfio_user", log::LevelFilter::Off);
     }
-    logger.format_timestamp_millis().init();
+    logger.format_timestamp_millis();
+    // Lines are written by a thread of their own: a stalled stderr must not stall guests.
+    if let Err(e) = ism_emu::logger::install(logger) {
+        eprintln!("ism-emu: no log: {}", chain(&e));
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Serve(opts) => serve(opts),
@@ -208,6 +212,8 @@ fn main() -> ExitCode {
         Cmd::Observe { control, what } => observe(&control, what),
         Cmd::Fault { control, what } => fault(&control, what),
     };
+    // Every line logged so far, out before the exit (within the logger's patience).
+    log::logger().flush();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

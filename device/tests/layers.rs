@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["pci", "dmb", "fault"],
     &["ism"],
     &["dma", "interrupts"],
-    &["ratelimit"],
+    &["ratelimit", "logger"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -13,6 +13,7 @@ use crate::fault::{
     FaultKind, FaultPlan, FaultSpec, FaultSpecError, Fired, IrqFault, Peer, RuleView,
 };
 use crate::ism::status::{gid_code, Event, EventType};
+use crate::ratelimit::guest_log;
 
 use super::{Fabric, FabricState, FunctionState};
 use crate::trace::Record;
@@ -117,21 +118,19 @@ impl Fabric {
         question(&mut self.plan())
     }
 
-    /// Logs (within a rate) and reports a fault that fired.
+    /// Logs and reports a fault that fired. A rule may fire on every move of a guest:
+    /// its lines are within that guest's share of lines.
     fn report(&self, id: FunctionId, token: Option<u64>, fired: &Fired) {
         let (name, gid) = &self.identities[id];
-        let mut limit = self.fault_log.lock().unwrap_or_else(|p| p.into_inner());
-        if limit.allow(Instant::now(), |n| {
-            log::info!("{n} more injected faults not logged")
-        }) {
-            log::info!(
-                "{name} (gid {gid:#018x}): fault rule {} ({}): {}",
-                fired.rule,
-                fired.spec,
-                fired.detail
-            );
-        }
-        drop(limit);
+        guest_log!(
+            Info,
+            name,
+            *gid,
+            "fault rule {} ({}): {}",
+            fired.rule,
+            fired.spec,
+            fired.detail
+        );
         self.events.fault_injected(name, *gid, token, fired);
     }
 
@@ -194,27 +193,29 @@ impl Fabric {
                 // Without a vector nothing would have gone out now either.
                 if let Some(fd) = owner.irq.trigger() {
                     owner.counters.interrupts += 1;
-                    self.raise_later(Instant::now() + delay, fd);
+                    self.raise_later(owner_id, Instant::now() + delay, fd);
                 }
             }
         }
     }
 
-    /// Hands an interrupt to the delay thread (started on first use).
-    fn raise_later(&self, due: Instant, fd: File) {
+    /// Hands an interrupt of function `id` to the delay thread (started on first use).
+    fn raise_later(&self, id: FunctionId, due: Instant, fd: File) {
         let mut slot = self.irq_delay.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
-            let (tx, rx) = sync_channel::<(Instant, File)>(DELAYED_IRQS);
+            let (tx, rx) = sync_channel::<(Instant, File, FunctionId)>(DELAYED_IRQS);
+            let identities = self.identities.clone();
             let spawned = std::thread::Builder::new()
                 .name("irq-delay".into())
                 .spawn(move || {
                     // Delays are equal per rule, so the queue is close to due order.
-                    for (due, mut fd) in rx {
+                    for (due, mut fd, id) in rx {
                         if let Some(wait) = due.checked_duration_since(Instant::now()) {
                             std::thread::sleep(wait);
                         }
                         if let Err(e) = fd.write_all(&1u64.to_ne_bytes()) {
-                            log::warn!("delayed interrupt lost: {e}");
+                            let (name, gid) = &identities[id];
+                            guest_log!(Warn, name, *gid, "delayed interrupt lost: {e}");
                         }
                     }
                 });
@@ -224,14 +225,22 @@ impl Fabric {
             }
         }
         let unsent = match slot.as_ref() {
-            Some(tx) => match tx.try_send((due, fd)) {
+            Some(tx) => match tx.try_send((due, fd, id)) {
                 Ok(()) => None,
-                Err(TrySendError::Full((_, fd)) | TrySendError::Disconnected((_, fd))) => Some(fd),
+                Err(TrySendError::Full((_, fd, _)) | TrySendError::Disconnected((_, fd, _))) => {
+                    Some(fd)
+                }
             },
             None => Some(fd),
         };
         if let Some(mut fd) = unsent {
-            log::warn!("{DELAYED_IRQS} interrupts already delayed: this one goes out now");
+            let (name, gid) = &self.identities[id];
+            guest_log!(
+                Warn,
+                name,
+                *gid,
+                "{DELAYED_IRQS} interrupts already delayed: this one goes out now"
+            );
             let _ = fd.write_all(&1u64.to_ne_bytes());
         }
     }

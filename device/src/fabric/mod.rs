@@ -24,7 +24,7 @@ use crate::interrupts::{Interrupts, IrqError};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::observer::report::{Counters, FunctionView};
 use crate::observer::{EventSink, ReuseCheck};
-use crate::ratelimit::{Budget, RateLimit};
+use crate::ratelimit::{guest_log, Budget};
 use crate::trace::{Record, Tracer};
 
 pub use faults::FaultAdded;
@@ -98,8 +98,10 @@ impl FunctionState {
 
     /// Raises the function's interrupt and counts it when it went out.
     fn interrupt(&mut self) {
-        if self.irq.raise() {
-            self.counters.interrupts += 1;
+        match self.irq.raise() {
+            Ok(true) => self.counters.interrupts += 1,
+            Ok(false) => {}
+            Err(e) => guest_log!(Warn, self.name, self.gid, "{e}"),
         }
     }
 
@@ -107,10 +109,11 @@ impl FunctionState {
     /// guest may have unregistered its queue or unmapped it.
     fn post_event(&mut self, event: &Event, interrupt: bool) {
         let (Some(ieq), Some(sba)) = (self.ieq.as_mut(), self.sba) else {
-            log::warn!(
-                "{} (gid {:#018x}): event {event:?} dropped: no IEQ/SBA registered",
+            guest_log!(
+                Warn,
                 self.name,
-                self.gid
+                self.gid,
+                "event {event:?} dropped: no IEQ/SBA registered"
             );
             return;
         };
@@ -118,11 +121,7 @@ impl FunctionState {
             .push(&self.dma, event)
             .and_then(|()| sba.set_event_pending(&self.dma))
         {
-            log::warn!(
-                "{} (gid {:#018x}): event {event:?} dropped: {e}",
-                self.name,
-                self.gid
-            );
+            guest_log!(Warn, self.name, self.gid, "event {event:?} dropped: {e}");
             return;
         }
         self.counters.events_in += 1;
@@ -154,10 +153,8 @@ pub struct Fabric {
     faults: Mutex<FaultPlan>,
     /// Whether `faults` holds any rule: the hot paths skip it otherwise.
     faults_on: AtomicBool,
-    /// Keeps a fault that fires on every move from logging a line per move.
-    fault_log: Mutex<RateLimit>,
     /// Interrupts an `irq-delay` fault holds back, to the thread that raises them later.
-    irq_delay: Mutex<Option<SyncSender<(Instant, File)>>>,
+    irq_delay: Mutex<Option<SyncSender<(Instant, File, FunctionId)>>>,
     /// Records every operation when set (`serve --trace`).
     tracer: OnceLock<Tracer>,
     /// Replaying a trace: guest-memory reads come from the trace instead.
@@ -185,7 +182,6 @@ impl Fabric {
             identities,
             faults: Mutex::new(FaultPlan::default()),
             faults_on: AtomicBool::new(false),
-            fault_log: Mutex::new(RateLimit::default()),
             irq_delay: Mutex::new(None),
             tracer: OnceLock::new(),
             replaying: AtomicBool::new(false),
@@ -301,7 +297,7 @@ impl Fabric {
         self.trace(|_| Record::Attach { f: id });
         let f = &mut st.functions[id];
         f.attached = true;
-        log::info!("{} (gid {:#018x}): client attached", f.name, f.gid);
+        guest_log!(Info, f.name, f.gid, "client attached");
         self.events.function_attached(&f.name, f.gid);
     }
 
@@ -344,9 +340,12 @@ impl Fabric {
         f.generation += 1;
         f.attached = still_attached;
         if had_state || !still_attached {
-            log::info!(
-                "{} (gid {gid:#018x}): {reason}; notifying {} peer(s)",
+            // A guest can reset its function at will: its line is within its share.
+            guest_log!(
+                Info,
                 f.name,
+                gid,
+                "{reason}; notifying {} peer(s)",
                 peers.len()
             );
             self.events.function_detached(&f.name, gid, reason);

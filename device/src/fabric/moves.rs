@@ -9,6 +9,7 @@ use crate::dma::{DmaError, DmaView, Scan};
 use crate::dmb::{FunctionId, OpTime};
 use crate::ism::{MoveAddress, MAX_MOVE_LEN};
 use crate::observer::{ReuseCheck, ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
+use crate::ratelimit::guest_log;
 
 use super::{Fabric, FabricState};
 use crate::trace::{to_hex, MoveResult, MoveVia, Record, CDC_AREA};
@@ -295,9 +296,11 @@ impl Fabric {
         }
         let f = &mut st.functions[sender];
         f.held.forget(token);
-        log::info!(
-            "{}: DMB {token:#x} was reset by its owner: the held failure of an earlier move into it is lifted",
-            f.name
+        guest_log!(
+            Info,
+            f.name,
+            f.gid,
+            "DMB {token:#x} was reset by its owner: the held failure of an earlier move into it is lifted"
         );
         self.trace(|_| Record::HeldLifted { f: sender, token });
         None
@@ -391,15 +394,19 @@ impl Fabric {
             match owner.sba {
                 Some(sba) => match sba.signal_dmb(&owner.dma, dmb.sba_idx, addr.dmbe) {
                     Ok(()) => self.signal_interrupt(dmb.owner, owner, dmb.token),
-                    Err(e) => log::warn!(
-                        "{}: signal for token {:#x} lost: SBA {e}",
+                    Err(e) => guest_log!(
+                        Warn,
                         owner.name,
+                        owner.gid,
+                        "signal for token {:#x} lost: SBA {e}",
                         dmb.token
                     ),
                 },
-                None => log::warn!(
-                    "{}: signal for token {:#x} lost: no SBA registered",
+                None => guest_log!(
+                    Warn,
                     owner.name,
+                    owner.gid,
+                    "signal for token {:#x} lost: no SBA registered",
                     dmb.token
                 ),
             }

@@ -30,6 +30,7 @@ use super::json::hex;
 use super::{ObservedEvent, What, ZERO_WATCH_LIMIT};
 use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
+use crate::ratelimit::guest_log;
 
 /// CDC message layout (net/smc/smc_cdc.h, struct smcd_cdc_msg).
 pub mod cdc {
@@ -392,9 +393,10 @@ impl Tracker {
                         s.clean_reuses += 1;
                     } else {
                         s.stale_reuses += 1;
-                        log::warn!(
-                            "{} (gid {:#018x}): DMB {:#x} reused with {stale} stale bytes from connection {} (first at offset {:#x})",
-                            s.function, s.gid, s.token, s.connections, first.unwrap_or(0)
+                        guest_log!(
+                            Warn, s.function, s.gid,
+                            "DMB {:#x} reused with {stale} stale bytes from connection {} (first at offset {:#x})",
+                            s.token, s.connections, first.unwrap_or(0)
                         );
                     }
                     What::DmbReused {

@@ -150,6 +150,8 @@ const EVENT_QUEUE: usize = 4096;
 /// the rest are counted in an `events_dropped` line for that function, so one guest
 /// can neither flood the stream nor crowd the others' events out of it.
 pub const EVENTS_PER_FUNCTION_PER_SECOND: u64 = 1000;
+/// Lines waiting for one follower; beyond, its lines are lost and counted.
+pub const FOLLOWER_QUEUE: usize = 4096;
 /// The `--events` file stops growing here, with an `event_file_full` line.
 pub const EVENT_FILE_LIMIT: u64 = 1 << 30;
 
@@ -174,12 +176,64 @@ struct Window {
     dropped: u64,
 }
 
+/// A live follower's feed (`follow` on the control socket): lines it does not take in
+/// time are counted, and it is told how many in an `events_dropped` line of function
+/// `-` before the next line it takes, as the event file is told of lines the queue lost.
+struct Follower {
+    tx: SyncSender<String>,
+    lost: u64,
+}
+
+impl Follower {
+    /// Offers the follower `line` (of time `time_us`), after the count of lines it lost
+    /// before, if any. False once the follower has gone.
+    fn offer(&mut self, time_us: u64, line: &str) -> bool {
+        if !self.settle(time_us) {
+            return false;
+        }
+        if self.lost > 0 {
+            self.lost += 1;
+            return true;
+        }
+        match self.tx.try_send(line.to_string()) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                self.lost += 1;
+                true
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// Sends the count of lines lost so far, if there is room for it now, with time
+    /// `time_us`: that of the line it precedes, or at a pause that of the last line
+    /// written, so that the stream's times keep their order. False once the follower
+    /// has gone.
+    fn settle(&mut self, time_us: u64) -> bool {
+        if self.lost == 0 {
+            return true;
+        }
+        let count = self.lost;
+        let event = ObservedEvent::function("-", 0, What::EventsDropped { count });
+        match self.tx.try_send(to_json_line(time_us, &event)) {
+            Ok(()) => {
+                self.lost = 0;
+                true
+            }
+            Err(TrySendError::Full(_)) => true,
+            Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+}
+
 /// The writer thread's side: the file and the live followers.
 struct Writer {
     file: Option<BufWriter<File>>,
     file_bytes: u64,
     file_limit: u64,
-    followers: Arc<Mutex<Vec<SyncSender<String>>>>,
+    followers: Arc<Mutex<Vec<Follower>>>,
+    /// The time of the last line written.
+    last_us: u64,
     /// Lines lost because the queue was full (the function is not known there).
     queue_dropped: Arc<AtomicU64>,
     windows: BTreeMap<String, Window>,
@@ -239,7 +293,7 @@ impl Writer {
             return;
         }
         window.sent += 1;
-        self.write(line);
+        self.write(time_us, line);
     }
 
     /// Writes the `events_dropped` lines owed so far.
@@ -257,14 +311,21 @@ impl Writer {
         if count > 0 {
             self.dropped_line("-", 0, count);
         }
+        // A follower that fell behind learns what it lost when it has caught up, not
+        // only with the next event, which may be long in coming.
+        let last_us = self.last_us;
+        let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+        followers.retain_mut(|f| f.settle(last_us));
     }
 
     fn dropped_line(&mut self, function: &str, gid: u64, count: u64) {
         let event = ObservedEvent::function(function, gid, What::EventsDropped { count });
-        self.write(to_json_line(now_us(), &event));
+        let time_us = now_us();
+        self.write(time_us, to_json_line(time_us, &event));
     }
 
-    fn write(&mut self, line: String) {
+    fn write(&mut self, time_us: u64, line: String) {
+        self.last_us = time_us;
         if let Some(file) = self.file.as_mut() {
             let len = line.len() as u64 + 1;
             if self.file_bytes + len > self.file_limit {
@@ -282,10 +343,7 @@ impl Writer {
             }
         }
         let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
-        followers.retain(|tx| match tx.try_send(line.clone()) {
-            Ok(()) | Err(TrySendError::Full(_)) => true,
-            Err(TrySendError::Disconnected(_)) => false,
-        });
+        followers.retain_mut(|f| f.offer(time_us, &line));
     }
 
     fn flush(&mut self) {
@@ -299,7 +357,7 @@ pub struct Observer {
     /// To the writer thread: the fabric's lock never waits for a file or a socket.
     out: SyncSender<Output>,
     queue_dropped: Arc<AtomicU64>,
-    followers: Arc<Mutex<Vec<SyncSender<String>>>>,
+    followers: Arc<Mutex<Vec<Follower>>>,
     pub(crate) life: Mutex<dmb_life::Tracker>,
     /// Woken when a DMB closes, so the zeroing watcher sleeps while nothing is watched.
     zero_wake: Mutex<Option<SyncSender<()>>>,
@@ -331,6 +389,7 @@ impl Observer {
             file_bytes,
             file_limit,
             followers: Arc::clone(&followers),
+            last_us: 0,
             queue_dropped: Arc::clone(&queue_dropped),
             windows: BTreeMap::new(),
         };
@@ -386,11 +445,11 @@ impl Observer {
 
     /// A live feed of every event from now on.
     pub fn follow(&self) -> Receiver<String> {
-        let (tx, rx) = sync_channel(4096);
+        let (tx, rx) = sync_channel(FOLLOWER_QUEUE);
         self.followers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(tx);
+            .push(Follower { tx, lost: 0 });
         rx
     }
 
@@ -562,6 +621,27 @@ mod tests {
         assert_eq!(of("ism1 function_attached"), EVENTS_PER_FUNCTION_PER_SECOND);
         assert_eq!(of("ism0 function_attached"), 1);
         assert_eq!(lines.last().unwrap(), "ism1 events_dropped");
+    }
+
+    #[test]
+    fn a_follower_that_falls_behind_is_told_how_many_lines_it_lost() {
+        let observer = Observer::default();
+        let rx = observer.follow();
+        // Spread over functions, so that none is over its rate.
+        for i in 0..FOLLOWER_QUEUE + 100 {
+            observer.emit(attached(&format!("ism{}", i % 8)));
+        }
+        observer.sync();
+        assert_eq!(rx.try_iter().count(), FOLLOWER_QUEUE);
+        // Read up: the count goes out at the writer's next pause, before any later line.
+        observer.sync();
+        observer.emit(attached("ism0"));
+        observer.sync();
+        let next: Vec<String> = rx.try_iter().collect();
+        let kinds: Vec<String> = next.iter().map(|l| kind(l)).collect();
+        assert_eq!(kinds, ["- events_dropped", "ism0 function_attached"]);
+        let lost: serde_json::Value = serde_json::from_str(&next[0]).unwrap();
+        assert_eq!(lost["count"], 100);
     }
 
     #[test]

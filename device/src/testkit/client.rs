@@ -81,6 +81,12 @@ impl Client {
         Err(last.unwrap_or_else(|| io::Error::other("no connection")))
     }
 
+    /// How long a reply may take before the call fails with a timeout (10 s unless
+    /// set). After a timeout the stream is out of step: drop the client.
+    pub fn set_reply_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.stream.set_read_timeout(Some(timeout))
+    }
+
     fn negotiate(&mut self) -> io::Result<()> {
         let mut payload = [U16::new(0), U16::new(2)].as_bytes().to_vec();
         payload.extend_from_slice(b"{\"capabilities\":{\"max_msg_fds\":16}}\0");

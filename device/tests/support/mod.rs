@@ -2,7 +2,9 @@
 //! guests played by a vfio-user client that behaves like QEMU plus the Linux ism driver.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+pub mod latency;
+
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ism_emu::fabric::Fabric;
@@ -71,14 +73,7 @@ impl Machine {
 
     /// The same with `ram_size` bytes of guest RAM.
     pub fn connect_with_ram(&self, i: usize, ram_size: u64) -> Guest {
-        let client = Client::connect(&self.sockets[i]).unwrap();
-        Guest {
-            client,
-            ram: GuestRam::new(ram_size).unwrap(),
-            msi: None,
-            next_dmb_page: 16,
-            next_sba_idx: 32,
-        }
+        Guest::connect(&self.sockets[i], ram_size)
     }
 
     /// A guest on function `i` after the driver's probe.
@@ -105,6 +100,18 @@ pub struct Guest {
 }
 
 impl Guest {
+    /// A guest with `ram_size` bytes of RAM on the function socket at `path` (of this
+    /// process's emulator or another's), not yet probed.
+    pub fn connect(path: &Path, ram_size: u64) -> Self {
+        Self {
+            client: Client::connect(path).unwrap(),
+            ram: GuestRam::new(ram_size).unwrap(),
+            msi: None,
+            next_dmb_page: 16,
+            next_sba_idx: 32,
+        }
+    }
+
     pub fn map_pages(&mut self, first_page: u64, pages: u64) {
         self.client
             .dma_map_pages(
