@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Smoke test of the QEMU patch series without the real emulator: one guest with
 #   - an ISM function (zpci ism=on, 0002:00:00.0) served by pcistb-stub.py, which logs
-#     every BAR write, and
+#     every BAR write: the default, every store waited for,
 #   - as a control, the same kind of vfio-user function WITHOUT ism=on (0003:00:00.0,
 #     device id 0x04ee so the ism driver leaves it alone): it must keep stock behaviour,
+#   - an ISM function with x-ism-post=on (0004:00:00.0) whose stub announces the
+#     capability x_ism_posted_moves and holds a posted move's failure,
 # and a tiny initramfs that
 #   1. prints the functions' zPCI identity (pchid, pft) from sysfs,
 #   2. loads stbtest.ko, which issues PCISTBs of odd shapes and prints their results,
 #   3. loads the unmodified ism driver, whose probe stores commands with PCISTB,
-# and checks what the guest saw and what the stubs received. Then the series' own tests,
-# as built with this QEMU: the qtest (patch 0008) and the functional test (patch 0009,
+# and checks what the guest saw and what the stubs received; then a guest whose server
+# dies under it, and the plugs QEMU must refuse. Then the series' own tests,
+# as built with this QEMU: the qtest (patch 0009) and the functional test (patch 0010,
 # which boots the project's stock kernel and initramfs against its in-process stub;
 # pycotap from PyPI into a venv in the cache).
 #
@@ -96,7 +99,9 @@ python3 "$HERE/pcistb-stub.py" "$WORK/ism.sock" "$WORK/stub.log" &
 stub_pid=$!
 python3 "$HERE/pcistb-stub.py" "$WORK/plain.sock" "$WORK/plain.log" --device-id 0x04ee &
 stub_pid="$stub_pid $!"
-for s in ism plain; do
+python3 "$HERE/pcistb-stub.py" "$WORK/post.sock" "$WORK/post.log" --posted-moves &
+stub_pid="$stub_pid $!"
+for s in ism plain post; do
     wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
 done
 rc=0
@@ -105,21 +110,24 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-smoke -k "$KOU
     --log "$WORK/console.log" -- \
     -device zpci,uid=3,fid=3,target=plain3 \
     -device "{\"driver\":\"vfio-user-pci\",\"id\":\"plain3\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/plain.sock\"}}" \
+    -device "zpci,uid=4,fid=4,target=post4,ism=on,pchid=$CHID,x-ism-post=on" \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"post4\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/post.sock\"}}" \
     >/dev/null 2>"$WORK/run.err" || rc=$?
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
 # The server goes away under a guest that keeps storing: every store after that must fail
-# (cc 1), and QEMU must say so once, not once per store.
+# (cc 1), waited or posted (x-ism-post=on, to a stub that announces x_ism_posted_moves),
+# and QEMU must say so once, not once per store.
 sed 's|^insmod /stbtest.ko$|insmod /stbtest.ko dead=1|; /ism.ko/d; /ism bound/d' "$WORK/ir/init" >"$WORK/init.dead"
 install -m 755 "$WORK/init.dead" "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-dead.cpio.gz"
-python3 "$HERE/pcistb-stub.py" "$WORK/dead.sock" "$WORK/dead.log" --die-on 0x800c00 &
+python3 "$HERE/pcistb-stub.py" "$WORK/dead.sock" "$WORK/dead.log" --die-on 0x800c00 --posted-moves &
 stub_pid=$!
 wait_for_socket "$WORK/dead.sock" 5 || die "the stub did not create $WORK/dead.sock"
 dead_rc=0
 QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-dead -k "$KOUT/bzImage" \
-    -i "$WORK/initrd-dead.cpio.gz" --ism "$WORK/dead.sock" --chid "$CHID" --timeout 120 \
+    -i "$WORK/initrd-dead.cpio.gz" --ism "$WORK/dead.sock" --chid "$CHID" --timeout 120 --x-ism-post on \
     --log "$WORK/dead.console.log" >/dev/null 2>"$WORK/dead.err" || dead_rc=$?
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
@@ -145,7 +153,22 @@ kill $stub_pid 2>/dev/null || true
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
-# The series' own qtest (patch 0008), built with this QEMU: the zpci properties' realize
+# x-ism-post=on for a server that did not announce x_ism_posted_moves: QEMU must refuse to
+# plug the function, naming the capability, since only the server could keep the failure
+# of a posted move.
+python3 "$HERE/pcistb-stub.py" "$WORK/nocap.sock" "$WORK/nocap.log" &
+stub_pid=$!
+wait_for_socket "$WORK/nocap.sock" 5 || die "the stub did not create $WORK/nocap.sock"
+nocap_rc=0
+timeout 30 "$QEMU" -machine s390-ccw-virtio -accel tcg -nodefaults -nographic -S \
+    -device zpci,uid=7,fid=7,target=nocap7,ism=on,pchid=0x1234,x-ism-post=on \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"nocap7\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/nocap.sock\"}}" \
+    >"$WORK/nocap.out" 2>&1 || nocap_rc=$?
+kill $stub_pid 2>/dev/null || true
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
+
+# The series' own qtest (patch 0009), built with this QEMU: the zpci properties' realize
 # and plug errors over QMP.
 QTEST_BIN="$(dirname "$QEMU")/../libexec/ism-emu/s390x-zpci-ism-test"
 qtest_rc=0
@@ -155,7 +178,7 @@ else
     echo "no qtest at $QTEST_BIN" >"$WORK/qtest.out"; qtest_rc=127
 fi
 
-# The series' functional test (patch 0009), in QEMU's functional-test framework, which
+# The series' functional test (patch 0010), in QEMU's functional-test framework, which
 # needs pycotap from PyPI (a venv in the cache). It boots the project's stock kernel and
 # initramfs with a shell on the console; its own vfio-user stub runs in the test process.
 FUNC_DIR="$(dirname "$QEMU")/../libexec/ism-emu/functional"
@@ -197,7 +220,8 @@ check_absent() {
     if grep -qF -- "$3" "$2"; then echo "not ok - $1 (found '$3')"; fail=$((fail + 1))
     else echo "ok - $1"; pass=$((pass + 1)); fi
 }
-C="$WORK/console.log" S="$WORK/stub.log" P="$WORK/plain.log" F=0002:00:00.0 N=0003:00:00.0
+C="$WORK/console.log" S="$WORK/stub.log" P="$WORK/plain.log" SQ="$WORK/post.log"
+F=0002:00:00.0 N=0003:00:00.0 Q=0004:00:00.0
 if [ "$refuse_rc" -ne 0 ] && [ "$refuse_rc" -ne 124 ]; then echo "ok - ism=on on virtio-net-pci: QEMU refuses to start"; pass=$((pass + 1))
 else echo "not ok - ism=on on virtio-net-pci: QEMU exit status $refuse_rc"; fail=$((fail + 1)); fi
 check "... saying why" "$WORK/refuse.out" "ism=on requires a vfio-user-pci target, not virtio-net-pci"
@@ -205,6 +229,9 @@ check "pchid 0xff10 (Linux's virtual ISM range): a warning, not the error" "$WOR
 if [ "$small_rc" -ne 0 ] && [ "$small_rc" -ne 124 ]; then echo "ok - ISM on a server taking 2048-byte writes: QEMU refuses to start"; pass=$((pass + 1))
 else echo "not ok - ISM on a server taking 2048-byte writes: QEMU exit status $small_rc"; fail=$((fail + 1)); fi
 check "... saying why" "$WORK/small.out" "zpci small6: an ISM function needs writes of 4096 bytes, its device takes at most 2048"
+if [ "$nocap_rc" -ne 0 ] && [ "$nocap_rc" -ne 124 ]; then echo "ok - x-ism-post=on on a server without x_ism_posted_moves: QEMU refuses to start"; pass=$((pass + 1))
+else echo "not ok - x-ism-post=on on a server without x_ism_posted_moves: QEMU exit status $nocap_rc"; fail=$((fail + 1)); fi
+check "... naming the capability" "$WORK/nocap.out" "zpci nocap7: x-ism-post=on requires a vfio-user server that announces the capability x_ism_posted_moves"
 if [ "$rc" = 0 ]; then echo "ok - guest ran and powered off"; pass=$((pass + 1))
 else echo "not ok - guest run failed (rc=$rc)"; cat "$WORK/run.err"; fail=$((fail + 1)); fi
 # the ISM function (ism=on)
@@ -212,10 +239,10 @@ check "ISM: CLP reports pchid and PFT 5" "$C" "PCI $F vendor=0x1014 device=0x04e
 check_re "ISM: its function group has maxstbl 4096" "$C" "STBT: $F pfgid=0x[0-9a-f]+ maxstbl=4096"
 check_absent "ISM: ... not the default group's" "$C" "STBT: $F pfgid=0xff "
 check "ISM: 5 bytes at BAR offset 37 from a page-crossing buffer: cc 0" "$C" "STBT: $F A len5 off37 src+4093 (crosses page) rc=0"
-check "ISM: ... arrive as one write with the guest's bytes, posted (no signal)" "$S" "WRITE r0 off=0x25 len=5 post=True data=fdfeff0001"
+check "ISM: ... arrive as one write with the guest's bytes, waited (the default)" "$S" "WRITE r0 off=0x25 len=5 post=False data=fdfeff0001"
 check "ISM: 4096 bytes from a misaligned buffer: cc 0" "$C" "STBT: $F B len4096 off0x1000 src+3 rc=0"
-check "ISM: ... arrive as one 4096-byte write" "$S" "WRITE r0 off=0x1000 len=4096 post=True data=030405060708090a"
-check "ISM: 1 byte: one write" "$S" "WRITE r0 off=0x2fff len=1 post=True data=01"
+check "ISM: ... arrive as one 4096-byte write" "$S" "WRITE r0 off=0x1000 len=4096 post=False data=030405060708090a"
+check "ISM: 1 byte: one write" "$S" "WRITE r0 off=0x2fff len=1 post=False data=01"
 check "ISM: crossing a 4K boundary of the PCI offset: program exception (-ENXIO)" "$C" "STBT: $F D len8 off0x3ffc (crosses 4K of PCI offset) rc=-6"
 check_absent "ISM: ... and nothing sent" "$S" "off=0x3ffc"
 check "ISM: 4097 bytes: program exception (-ENXIO)" "$C" "STBT: $F E len4097 off0x5000 rc=-6"
@@ -234,16 +261,40 @@ done
 # returns the count it sent), so a short write cannot be seen here: cc 0.
 check "ISM: device answers a short write: the client reports it whole (cc 0)" "$C" "STBT: $F F6 len16 offSF+0xa80 (device: short write) rc=0"
 check "ISM: outside the BAR: program exception (-ENXIO)" "$C" "STBT: $F G len8 off0x1200000 (beyond 16M BAR) rc=-6"
-# Patch 0005: a move without the signal is posted; its failure, held by the device,
-# fails the next signalling store (cc 1), and only that one.
-check "ISM: rejected store without the signal: posted, cc 0" "$C" "STBT: $F H len16 off0xb00 (device rejects, no signal) rc=0"
-check "ISM: ... sent posted" "$S" "WRITE r0 off=0xb00 len=16 post=True"
-check "ISM: the next signalling store: the held failure, cc 1 (-EIO)" "$C" "STBT: $F H2 len16 offSF+0xb80 (next signal) rc=-5"
-check "ISM: ... sent waited" "$S" "WRITE r0 off=0x800b80 len=16 post=False"
+# The default (x-ism-post=off): every store is waited for and gets the device's true
+# result. A data move the device rejects fails at once (cc 1), nothing is held for it,
+# and the next valid signalling store into the same target lands (cc 0).
+check "ISM: a data move the device rejects (no signal): cc 1 (-EIO) at once" "$C" "STBT: $F H len16 off0xb00 (device rejects, no signal) rc=-5"
+check "ISM: ... sent waited" "$S" "WRITE r0 off=0xb00 len=16 post=False"
+check "ISM: the next valid signalling store into the same target: cc 0" "$C" "STBT: $F H2 len16 offSF+0xb80 (next signal) rc=0"
 check "ISM: the signalling store after it: cc 0" "$C" "STBT: $F H3 len16 offSF+0xb80 (the signal after) rc=0"
+n="$(grep -c '^WRITE r0 off=0x800b80 len=16 post=False ' "$S" || true)"
+if [ "$n" = 2 ]; then echo "ok - ISM: ... both reached the stub, waited"; pass=$((pass + 1))
+else echo "not ok - ISM: ... $n of the 2 signalling stores reached the stub waited"; fail=$((fail + 1)); fi
+check_absent "ISM: ... and the stub held no failure" "$S" "HELD"
+check_absent "ISM: no store posted (x-ism-post=off)" "$S" "post=True"
+check "ISM: QEMU proposes x_ism_posted_moves in its VERSION request" "$S" '"x_ism_posted_moves": true'
 check "ISM: driver's REG_SBA header as one big-endian 8-byte write" "$S" "WRITE r2 off=0x0 len=8 post=False data=0000000100000010"
 check "ISM: driver's REG_IEQ payload as one 16-byte write" "$S" "WRITE r2 off=0x8 len=16 post=False"
 check "ISM: driver probed (bound)" "$C" "SMOKE: ism bound $F"
+# x-ism-post=on (patch 0006), on a stub that announced x_ism_posted_moves: data moves
+# without the signal are posted; a posted move's failure is held by the stub and fails
+# every later signalling store into that DMB (cc 1), not only the next one.
+check "posted: the function plugs (its server announced x_ism_posted_moves)" "$C" "PCI $Q vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
+check_absent "posted: ... without QEMU's \"spurious capabilities\" warning" "$WORK/run.err" "spurious capabilities"
+check "posted: 5 bytes without the signal: one posted write" "$SQ" "WRITE r0 off=0x25 len=5 post=True data=fdfeff0001"
+check "posted: 4096 bytes: one posted write" "$SQ" "WRITE r0 off=0x1000 len=4096 post=True data=030405060708090a"
+check "posted: a signalling store the device rejects: cc 1" "$C" "STBT: $Q F len16 offSF+0x800 (device rejects) rc=-5"
+check "posted: ... waited" "$SQ" "WRITE r0 off=0x800800 len=16 post=False"
+check "posted: a rejected data move without the signal: cc 0" "$C" "STBT: $Q H len16 off0xb00 (device rejects, no signal) rc=0"
+check "posted: ... sent posted, its failure held" "$SQ" "WRITE r0 off=0xb00 len=16 post=True"
+check "posted: the next signalling store into that DMB: the held failure, cc 1 (-EIO)" "$C" "STBT: $Q H2 len16 offSF+0xb80 (next signal) rc=-5"
+check "posted: ... and the one after it: cc 1 (held until the DMB is reset)" "$C" "STBT: $Q H3 len16 offSF+0xb80 (the signal after) rc=-5"
+n="$(grep -c 'REPORTED HELD' "$SQ" || true)"
+if [ "$n" = 2 ]; then echo "ok - posted: ... both answered by the stub with the held failure"; pass=$((pass + 1))
+else echo "not ok - posted: the stub answered $n signalling stores with the held failure, not 2"; fail=$((fail + 1)); fi
+check "posted: command headers still waited" "$SQ" "WRITE r2 off=0x0 len=8 post=False data=0000000100000010"
+check "posted: driver probed (bound)" "$C" "SMOKE: ism bound $Q"
 # the control function (no ism=on): stock behaviour
 check "control: CLP reports pchid 0, PFT 0" "$C" "PCI $N vendor=0x1014 device=0x04ee pchid=0x0000 pft=0x00"
 check "control: the default function group, maxstbl 128" "$C" "STBT: $N pfgid=0xff maxstbl=128"
@@ -278,6 +329,6 @@ check "dead server: ... saying that more go unreported" "$DQ" "Further failed ac
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then
     echo "--- console:"; grep -E 'SMOKE|STBT' "$C" | tail -30
-    echo "--- stub logs:"; cut -c1-160 "$S" "$P" | tail -40
+    echo "--- stub logs:"; cut -c1-160 "$S" "$P" "$SQ" | tail -60
     exit 1
 fi

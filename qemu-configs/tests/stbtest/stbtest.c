@@ -11,8 +11,8 @@
 #include <asm/pci_io.h>
 #include <asm/pci_insn.h>
 
-/* The signal flag of an ISM data move (bit 23 of the BAR 0 offset): QEMU waits for such
- * a store and posts the others (ism-post=on). */
+/* The signal flag of an ISM data move (bit 23 of the BAR 0 offset): QEMU always waits for
+ * such a store; with x-ism-post=on it posts the others. */
 #define SF 0x800000ULL
 
 static int stb(struct zpci_dev *zdev, int bar, u64 off, void *src, int len)
@@ -46,7 +46,11 @@ static void stbtest_one(struct pci_dev *pdev)
 	pr_info("STBT: %s F5 len16 offSF+0xa00 (device: EIO) rc=%d\n", n, stb(zdev, 0, SF | 0xa00, buf + 8, 16));
 	pr_info("STBT: %s F6 len16 offSF+0xa80 (device: short write) rc=%d\n", n, stb(zdev, 0, SF | 0xa80, buf + 8, 16));
 	pr_info("STBT: %s G len8 off0x1200000 (beyond 16M BAR) rc=%d\n", n, stb(zdev, 0, 0x1200000, buf, 8));
-	/* A store without the signal that the device rejects, then two with the signal. */
+	/*
+	 * A store without the signal that the device rejects, then two with the signal into
+	 * the same DMB: waited, the first fails at once and the next ones land; posted
+	 * (x-ism-post=on), the failure is held and fails both signalling stores.
+	 */
 	pr_info("STBT: %s H len16 off0xb00 (device rejects, no signal) rc=%d\n", n, stb(zdev, 0, 0xb00, buf + 8, 16));
 	pr_info("STBT: %s H2 len16 offSF+0xb80 (next signal) rc=%d\n", n, stb(zdev, 0, SF | 0xb80, buf + 8, 16));
 	pr_info("STBT: %s H3 len16 offSF+0xb80 (the signal after) rc=%d\n", n, stb(zdev, 0, SF | 0xb80, buf + 8, 16));
@@ -55,7 +59,8 @@ static void stbtest_one(struct pci_dev *pdev)
 
 /*
  * dead=1: the first store makes the stub exit (its server is gone), then stores that
- * each must fail, half of them waited for (signal), half posted.
+ * each must fail, half of them with the signal (always waited for), half without it
+ * (posted with x-ism-post=on).
  */
 static bool dead;
 module_param(dead, bool, 0444);
