@@ -11,8 +11,9 @@
 #   2. loads stbtest.ko, which issues PCISTBs of odd shapes and prints their results,
 #   3. loads the unmodified ism driver, whose probe stores commands with PCISTB,
 # and checks what the guest saw and what the stubs received; then a guest whose server
-# dies under it, and the plugs QEMU must refuse. Then the series' own tests,
-# as built with this QEMU: the qtest (patch 0009) and the functional test (patch 0010,
+# dies under it, the plugs QEMU must refuse, and a guest into which QMP hot-plugs servers
+# QEMU refuses (nothing may be left behind). Then the series' own tests,
+# as built with this QEMU: the qtest (patch 0010) and the functional test (patch 0011,
 # which boots the project's stock kernel and initramfs against its in-process stub;
 # pycotap from PyPI into a venv in the cache).
 #
@@ -168,7 +169,46 @@ kill $stub_pid 2>/dev/null || true
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
-# The series' own qtest (patch 0009), built with this QEMU: the zpci properties' realize
+# A plug QEMU refuses must leave nothing behind. Before the guest starts (-S), QMP
+# device_add hot-plugs into zpci devices from the command line: a server too small for
+# 4 KiB stores (uid 6) and, for x-ism-post=on, one without x_ism_posted_moves (uid 7),
+# both refused, and a good server (uid 8). The guest then lists its PCI functions from
+# CLP LIST PCI at boot: 0008 must be there, 0006 and 0007 not. (A refusal made after the
+# PCI device was attached left a disabled zPCI function pointing to the device qdev then
+# freed, and CLP LIST read its entry from freed memory. A refused vfio-user-pci also needs
+# patch 0009, or its finalize aborts QEMU.)
+sed '/insmod/d; /STBT:/d' "$WORK/ir/init" >"$WORK/init.hp"
+install -m 755 "$WORK/init.hp" "$WORK/ir/init"
+(cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-hp.cpio.gz"
+python3 "$HERE/pcistb-stub.py" "$WORK/hp6.sock" "$WORK/hp6.log" --max-xfer 2048 &
+stub_pid=$!
+python3 "$HERE/pcistb-stub.py" "$WORK/hp7.sock" "$WORK/hp7.log" &
+stub_pid="$stub_pid $!"
+python3 "$HERE/pcistb-stub.py" "$WORK/hp8.sock" "$WORK/hp8.log" &
+stub_pid="$stub_pid $!"
+for s in hp6 hp7 hp8; do
+    wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
+done
+hp_add() {   # hp_add ID: the QMP device_add of vfio-user-pci ID on $WORK/ID.sock
+    printf '{"execute":"device_add","arguments":{"driver":"vfio-user-pci","id":"%s","socket":{"type":"unix","path":"%s"}}}' "$1" "$WORK/$1.sock"
+}
+QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-hotplug -k "$KOUT/bzImage" \
+    -i "$WORK/initrd-hp.cpio.gz" --chid "$CHID" --timeout 60 --log "$WORK/hp.console.log" -- \
+    -S -qmp "unix:$WORK/hp.qmp,server=on,wait=off" \
+    -device "zpci,uid=6,fid=6,target=hp6,ism=on,pchid=$CHID" \
+    -device "zpci,uid=7,fid=7,target=hp7,ism=on,pchid=$CHID,x-ism-post=on" \
+    -device "zpci,uid=8,fid=8,target=hp8,ism=on,pchid=$CHID" \
+    >/dev/null 2>"$WORK/hp.err" &
+hp_pid=$!
+python3 "$HERE/qmp.py" "$WORK/hp.qmp" "$(hp_add hp6)" "$(hp_add hp7)" "$(hp_add hp8)" '{"execute":"cont"}' \
+    >"$WORK/hp.qmp.out" 2>&1 || true
+hp_rc=0
+wait $hp_pid || hp_rc=$?
+kill $stub_pid 2>/dev/null || true
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
+
+# The series' own qtest (patch 0010), built with this QEMU: the zpci properties' realize
 # and plug errors over QMP.
 QTEST_BIN="$(dirname "$QEMU")/../libexec/ism-emu/s390x-zpci-ism-test"
 qtest_rc=0
@@ -178,7 +218,7 @@ else
     echo "no qtest at $QTEST_BIN" >"$WORK/qtest.out"; qtest_rc=127
 fi
 
-# The series' functional test (patch 0010), in QEMU's functional-test framework, which
+# The series' functional test (patch 0011), in QEMU's functional-test framework, which
 # needs pycotap from PyPI (a venv in the cache). It boots the project's stock kernel and
 # initramfs with a shell on the console; its own vfio-user stub runs in the test process.
 FUNC_DIR="$(dirname "$QEMU")/../libexec/ism-emu/functional"
@@ -305,6 +345,17 @@ check "control: ... as two 8-byte writes as before" "$P" "WRITE r0 off=0x800808 
 # patch 0001: the generic path's doublewords in the guest's byte order on any host
 check_re "control: ... each in the guest's byte order" "$P" "^WRITE r0 off=0x800800 len=8 post=[A-Za-z]+ data=08090a0b0c0d0e0f$"
 check_re "control: ... the second one too" "$P" "^WRITE r0 off=0x800808 len=8 post=[A-Za-z]+ data=1011121314151617$"
+# refused hot plugs leave nothing behind
+check "hotplug: a server too small for 4 KiB stores: device_add refused, saying why" "$WORK/hp.qmp.out" \
+    "error device_add: zpci hp6: an ISM function needs writes of 4096 bytes, its device takes at most 2048"
+check "hotplug: x-ism-post=on, a server without x_ism_posted_moves: refused, naming it" "$WORK/hp.qmp.out" \
+    "error device_add: zpci hp7: x-ism-post=on requires a vfio-user server that announces the capability x_ism_posted_moves"
+check "hotplug: a good server: plugged" "$WORK/hp.qmp.out" "ok device_add"
+if [ "$hp_rc" = 0 ]; then echo "ok - hotplug: the guest ran and powered off"; pass=$((pass + 1))
+else echo "not ok - hotplug: guest run failed (rc=$hp_rc)"; tail -n 5 "$WORK/hp.err"; fail=$((fail + 1)); fi
+check "hotplug: the guest's CLP LIST has the plugged function" "$WORK/hp.console.log" "SMOKE: PCI 0008:00:00.0 vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
+check_absent "hotplug: ... not the one refused for its transfer size" "$WORK/hp.console.log" "SMOKE: PCI 0006:"
+check_absent "hotplug: ... nor the one refused for the capability" "$WORK/hp.console.log" "SMOKE: PCI 0007:"
 # the series' qtest
 if [ "$qtest_rc" = 0 ]; then echo "ok - qtest s390x-zpci-ism-test: passed"; pass=$((pass + 1))
 else echo "not ok - qtest s390x-zpci-ism-test: status $qtest_rc"; tail -n 20 "$WORK/qtest.out"; fail=$((fail + 1)); fi
