@@ -13,7 +13,7 @@
 # and checks what the guest saw and what the stubs received; then a guest whose server
 # dies under it, the plugs QEMU must refuse, and a guest into which QMP hot-plugs servers
 # QEMU refuses (nothing may be left behind). Then the series' own tests,
-# as built with this QEMU: the qtest (patch 0010) and the functional test (patch 0011,
+# as built with this QEMU: the qtest (patch 0013) and the functional test (patch 0014,
 # which boots the project's stock kernel and initramfs against its in-process stub;
 # pycotap from PyPI into a venv in the cache).
 #
@@ -208,7 +208,47 @@ kill $stub_pid 2>/dev/null || true
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
-# The series' own qtest (patch 0010), built with this QEMU: the zpci properties' realize
+# The vfio-user client's queue (patches 0010-0012): two ISM functions with x-ism-post=on,
+# message timeout 2 s, whose stubs stop reading for 1 s at the first of 1500 posted 4 KiB
+# data moves. Function 2's stub then goes on, and answers a waited store 3 s late;
+# function 3's stub exits. The posted backlog must be bounded (past it a write waits:
+# the flood takes the stall's time, and some of its writes arrive waited); the late
+# reply must leave the stream in step (the next store gets through); and once function
+# 3's server is gone with writes still queued, every store fails at once.
+cat >"$WORK/ir/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+dmesg -n 1
+insmod /stbtest.ko queue=1
+dmesg | grep 'STBT:' | sed 's/^\[[^]]*\] /SMOKE: /'
+echo "SMOKE: END"
+poweroff -f
+INIT
+chmod +x "$WORK/ir/init"
+(cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-queue.cpio.gz"
+python3 "$HERE/pcistb-stub.py" "$WORK/q2.sock" "$WORK/q2.log" --posted-moves --stall-on 0 \
+    --slow-on 0x800d00 &
+stub_pid=$!
+python3 "$HERE/pcistb-stub.py" "$WORK/q3.sock" "$WORK/q3.log" --posted-moves --stall-on 0 --die-after-stall &
+stub_pid="$stub_pid $!"
+for s in q2 q3; do
+    wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
+done
+queue_rc=0
+QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-queue -k "$KOUT/bzImage" \
+    -i "$WORK/initrd-queue.cpio.gz" --chid "$CHID" --timeout 120 --log "$WORK/queue.console.log" -- \
+    -device "zpci,uid=2,fid=2,target=q2,ism=on,pchid=$CHID,x-ism-post=on" \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"q2\",\"x-msg-timeout\":2000,\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/q2.sock\"}}" \
+    -device "zpci,uid=3,fid=3,target=q3,ism=on,pchid=$CHID,x-ism-post=on" \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"q3\",\"x-msg-timeout\":2000,\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/q3.sock\"}}" \
+    >/dev/null 2>"$WORK/queue.err" || queue_rc=$?
+kill $stub_pid 2>/dev/null || true
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
+
+# The series' own qtest (patch 0013), built with this QEMU: the zpci properties' realize
 # and plug errors over QMP.
 QTEST_BIN="$(dirname "$QEMU")/../libexec/ism-emu/s390x-zpci-ism-test"
 qtest_rc=0
@@ -218,7 +258,7 @@ else
     echo "no qtest at $QTEST_BIN" >"$WORK/qtest.out"; qtest_rc=127
 fi
 
-# The series' functional test (patch 0011), in QEMU's functional-test framework, which
+# The series' functional test (patch 0014), in QEMU's functional-test framework, which
 # needs pycotap from PyPI (a venv in the cache). It boots the project's stock kernel and
 # initramfs with a shell on the console; its own vfio-user stub runs in the test process.
 FUNC_DIR="$(dirname "$QEMU")/../libexec/ism-emu/functional"
@@ -356,6 +396,31 @@ else echo "not ok - hotplug: guest run failed (rc=$hp_rc)"; tail -n 5 "$WORK/hp.
 check "hotplug: the guest's CLP LIST has the plugged function" "$WORK/hp.console.log" "SMOKE: PCI 0008:00:00.0 vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
 check_absent "hotplug: ... not the one refused for its transfer size" "$WORK/hp.console.log" "SMOKE: PCI 0006:"
 check_absent "hotplug: ... nor the one refused for the capability" "$WORK/hp.console.log" "SMOKE: PCI 0007:"
+# the vfio-user client's queue
+QC="$WORK/queue.console.log" F2=0002:00:00.0 F3=0003:00:00.0
+if [ "$queue_rc" = 0 ]; then echo "ok - queue: the guest ran and powered off"; pass=$((pass + 1))
+else echo "not ok - queue: guest run failed (rc=$queue_rc)"; tail -n 5 "$WORK/queue.err"; fail=$((fail + 1)); fi
+ms_of() {   # ms_of CASE: the ms= of function 2's QUEUE line for CASE, or -1
+    sed -n "s/.*STBT: $F2 QUEUE $1 .*ms=\([0-9]*\).*/\1/p" "$QC" | head -1 | grep . || echo -1
+}
+check "queue: 1500 posted 4 KiB moves into a stalled server: none fails" "$QC" "STBT: $F2 QUEUE flood n=1500 failed=0 "
+n="$(ms_of flood)"
+if [ "$n" -ge 700 ]; then echo "ok - queue: ... the guest waits for the stalled server (${n} ms): the backlog is bounded"; pass=$((pass + 1))
+else echo "not ok - queue: the flood took ${n} ms, not the 1 s stall: posted writes piled up without bound"; fail=$((fail + 1)); fi
+n="$(grep -c '^WRITE r0 off=0x[0-9a-f]* len=4096 post=False' "$WORK/q2.log" || true)"
+if [ "$n" -ge 1 ]; then echo "ok - queue: ... past the bound a posted write waits ($n arrived waited)"; pass=$((pass + 1))
+else echo "not ok - queue: no write of the flood arrived waited"; fail=$((fail + 1)); fi
+n="$(grep -c '^WRITE r0 off=0x[0-9a-f]* len=4096 ' "$WORK/q2.log" || true)"
+if [ "$n" = 1500 ]; then echo "ok - queue: ... and all 1500 reached the server"; pass=$((pass + 1))
+else echo "not ok - queue: $n of the 1500 flood writes reached the server"; fail=$((fail + 1)); fi
+check "queue: a waited store answered after QEMU's 2 s timeout: cc 1 (-EIO)" "$QC" "STBT: $F2 QUEUE slow rc=-5 "
+check "queue: the store after it gets through: the late reply was drained (cc 0)" "$QC" "STBT: $F2 QUEUE after-slow rc=0"
+check "queue: ... and reached the server" "$WORK/q2.log" "WRITE r0 off=0x800d80 len=16 post=False"
+check "queue: 20 more stores: none fails" "$QC" "STBT: $F2 QUEUE last20 failed=0 "
+check "queue: server gone with writes still queued: the 20 stores after it all fail" "$QC" "STBT: $F3 QUEUE last20 failed=20 "
+n="$(sed -n "s/.*STBT: $F3 QUEUE last20 failed=[0-9]* ms=\([0-9]*\).*/\1/p" "$QC" | head -1)"
+if [ -n "$n" ] && [ "$n" -lt 1000 ]; then echo "ok - queue: ... at once (${n} ms for 20), none waits for a timeout"; pass=$((pass + 1))
+else echo "not ok - queue: the 20 stores after the server went away took ${n:-?} ms"; fail=$((fail + 1)); fi
 # the series' qtest
 if [ "$qtest_rc" = 0 ]; then echo "ok - qtest s390x-zpci-ism-test: passed"; pass=$((pass + 1))
 else echo "not ok - qtest s390x-zpci-ism-test: status $qtest_rc"; tail -n 20 "$WORK/qtest.out"; fail=$((fail + 1)); fi

@@ -34,13 +34,21 @@ generic stores vfio-user posts anyway, that is expected).
 The client's VERSION proposal is logged as "VERSION client <json>".
 With --die-on OFFSET, a BAR 0 write at OFFSET makes the stub exit at once without a
 reply: the server is gone.
+With --stall-on OFFSET, a BAR 0 write at OFFSET makes the stub stop reading for
+--stall-secs seconds (QEMU's queue of posted writes grows meanwhile), then go on, or
+exit without reading any more with --die-after-stall.
+With --slow-on OFFSET, the reply to a waited BAR 0 write at OFFSET comes --slow-secs
+seconds late (after QEMU's x-msg-timeout, if that is shorter).
+The data of a write longer than 64 bytes is logged up to its 64th byte, then "...".
 Exits when the client disconnects.
 
 Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN] [--die-on OFFSET]
                       [--max-xfer BYTES]   (max_data_xfer_size announced; default 1 MiB)
                       [--posted-moves]     (announce "x_ism_posted_moves": true)
+                      [--stall-on OFFSET [--stall-secs S] [--die-after-stall]]
+                      [--slow-on OFFSET [--slow-secs S]]
 """
-import argparse, array, json, os, socket, struct
+import argparse, array, json, os, socket, struct, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("socket")
@@ -52,6 +60,14 @@ ap.add_argument("--die-on", type=lambda s: int(s, 0), default=None,
                 help="exit at once, without a reply, on a BAR 0 write at this offset")
 ap.add_argument("--posted-moves", action="store_true",
                 help='announce the capability "x_ism_posted_moves": true (hold posted failures)')
+ap.add_argument("--stall-on", type=lambda s: int(s, 0), default=None,
+                help="stop reading for --stall-secs on a BAR 0 write at this offset")
+ap.add_argument("--stall-secs", type=float, default=1.0)
+ap.add_argument("--die-after-stall", action="store_true",
+                help="exit after the stall instead of reading on")
+ap.add_argument("--slow-on", type=lambda s: int(s, 0), default=None,
+                help="reply --slow-secs late to a waited BAR 0 write at this offset")
+ap.add_argument("--slow-secs", type=float, default=3.0)
 ap.add_argument("--device-id", type=lambda s: int(s, 0), default=0x04ED,
                 help="PCI device id (another id keeps the ism driver off the function)")
 args = ap.parse_args()
@@ -133,10 +149,20 @@ def region_write(reg, off, data):
         if not (0x10 <= off < 0x28 or 0x30 <= off < 0x34):   # BARs/ROM: QEMU emulates them
             cfg[off:off + len(data)] = data
         return 0
-    log(f"WRITE r{reg} off=0x{off:x} len={len(data)} post={posted} data={data.hex()}")
+    shown = data.hex() if len(data) <= 64 else data[:64].hex() + "..."
+    log(f"WRITE r{reg} off=0x{off:x} len={len(data)} post={posted} data={shown}")
     if reg == 0 and off == args.die_on:
         log("  DYING (the server goes away)")
         os._exit(0)
+    if reg == 0 and off == args.stall_on:
+        log(f"  STALLING {args.stall_secs} s")
+        time.sleep(args.stall_secs)
+        if args.die_after_stall:
+            log("  DYING after the stall (the server goes away)")
+            os._exit(0)
+    if reg == 0 and off == args.slow_on and not posted:
+        log(f"  SLOW: replying in {args.slow_secs} s")
+        time.sleep(args.slow_secs)
     if reg == 0 and off in REJECT_BAR0:
         log(f"  REJECTED (BAR 0 offset 0x{off:x}, errno {REJECT_BAR0[off]})")
         return REJECT_BAR0[off]

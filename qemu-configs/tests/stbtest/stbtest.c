@@ -7,6 +7,7 @@
 #include <linux/module.h>
 #include <linux/pci.h>
 #include <linux/gfp.h>
+#include <linux/ktime.h>
 #include <asm/pci.h>
 #include <asm/pci_io.h>
 #include <asm/pci_insn.h>
@@ -77,6 +78,46 @@ static void stbtest_dead(struct pci_dev *pdev)
 	pr_info("STBT: %s DEAD after=20 failed=%d\n", pci_name(pdev), failed);
 }
 
+/*
+ * queue=1: for QEMU's vfio-user queue (x-ism-post=on, a stub that stalls on the first
+ * store and answers SF+0xd00 late): a flood of posted 4 KiB data moves, a waited store
+ * answered after QEMU's timeout, the store after it, then 20 more, half posted; each
+ * with its failures and the milliseconds it took.
+ */
+static bool queue;
+module_param(queue, bool, 0444);
+#define FLOOD 1500
+
+static void stbtest_queue(struct pci_dev *pdev)
+{
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
+	int i, rc, failed = 0;
+	ktime_t t0;
+	u8 *buf;
+
+	buf = (u8 *)__get_free_pages(GFP_KERNEL, 0);
+	if (!buf)
+		return;
+	memset(buf, 0x5a, PAGE_SIZE);
+	t0 = ktime_get();
+	for (i = 0; i < FLOOD; i++)
+		failed += stb(zdev, 0, (u64)(i % 2048) << 12, buf, 4096) != 0;
+	pr_info("STBT: %s QUEUE flood n=%d failed=%d ms=%lld\n", n, FLOOD, failed,
+		ktime_ms_delta(ktime_get(), t0));
+	t0 = ktime_get();
+	rc = stb(zdev, 0, SF | 0xd00, buf, 16);
+	pr_info("STBT: %s QUEUE slow rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
+	pr_info("STBT: %s QUEUE after-slow rc=%d\n", n, stb(zdev, 0, SF | 0xd80, buf, 16));
+	failed = 0;
+	t0 = ktime_get();
+	for (i = 0; i < 20; i++)
+		failed += stb(zdev, 0, (i & 1 ? SF : 0) | 0xe00, buf, 16) != 0;
+	pr_info("STBT: %s QUEUE last20 failed=%d ms=%lld\n", n, failed,
+		ktime_ms_delta(ktime_get(), t0));
+	free_pages((unsigned long)buf, 0);
+}
+
 /* Every IBM (1014) function: the ISM one (04ed) and any test function beside it. */
 static int __init stbtest_init(void)
 {
@@ -85,6 +126,8 @@ static int __init stbtest_init(void)
 	while ((pdev = pci_get_device(PCI_VENDOR_ID_IBM, PCI_ANY_ID, pdev))) {
 		if (dead)
 			stbtest_dead(pdev);
+		else if (queue)
+			stbtest_queue(pdev);
 		else
 			stbtest_one(pdev);
 	}
