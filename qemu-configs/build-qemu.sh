@@ -185,7 +185,7 @@ step "compiling (nice, -j$JOBS)"
 nice -n 10 make -C "$WORK/src/build" -j"$JOBS" >"$WORK/build.log" 2>&1 \
     || { tail -n 40 "$WORK/build.log" >&2; die "QEMU build failed (full log: $WORK/build.log)"; }
 
-# The series' qtest (patch 0008), run against this QEMU by qemu-configs/tests/pcistb-smoke.sh.
+# The series' qtest (patch 0013), run against this QEMU by qemu-configs/tests/pcistb-smoke.sh.
 step "building the series' qtest"
 nice -n 10 make -C "$WORK/src/build" -j"$JOBS" tests/qtest/s390x-zpci-ism-test >>"$WORK/build.log" 2>&1 \
     || { tail -n 40 "$WORK/build.log" >&2; die "building the qtest failed (full log: $WORK/build.log)"; }
@@ -199,7 +199,7 @@ make -C "$WORK/src/build" install DESTDIR="$WORK/dest" >>"$WORK/build.log" 2>&1 
     || die "s390-ccw.img was not built (is s390x-linux-gnu-gcc usable? see $WORK/configure.log)"
 install -D -m 0644 "$WORK/src/build/pc-bios/s390-ccw/s390-ccw.img" "$WORK/dest$OUT/share/qemu/s390-ccw.img"
 install -D -m 0755 "$WORK/src/build/tests/qtest/s390x-zpci-ism-test" "$WORK/dest$OUT/libexec/ism-emu/s390x-zpci-ism-test"
-# The series' functional test (patch 0009) with the framework it runs in (QEMU's
+# The series' functional test (patch 0014) with the framework it runs in (QEMU's
 # tests/functional/qemu_test and python/qemu, all standard library but pycotap): it
 # needs the source tree, not the build, so it is installed beside the qtest.
 fdest="$WORK/dest$OUT/libexec/ism-emu/functional"

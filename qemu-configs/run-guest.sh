@@ -16,8 +16,11 @@
 #                         (2, 3, ...), QEMU id ism<uid>; the guest sees PCI domain <uid> (hex), e.g. 0002:00:00.0
 #   --chid HEX            CHID reported for every ISM function (CHID; default 0x1234;
 #                         nonzero, not 0xFF00-0xFFFF; equal on both SMC-Dv2 peers)
-#   --ism-post on|off     on: QEMU posts data moves without the signal flag, waits for
-#                         the others; off: waits for every move (ISM_POST; default on)
+#   --x-ism-post on|off   zpci x-ism-post (experimental): on: QEMU posts data moves
+#                         without the signal flag and waits for the others; it plugs the
+#                         function only if the server announces x_ism_posted_moves; off:
+#                         QEMU waits for every store, as on ISM hardware
+#                         (X_ISM_POST; default off)
 #   --net-socket PATH     add a virtio-net NIC (zpci uid/fid 1) on a unix stream socket (NET_SOCK)
 #   --net-server on|off   on: listen on the socket; off: connect, retrying every second
 #                         (NET_SERVER; default on)
@@ -51,7 +54,8 @@ GUEST_INITRD="${GUEST_INITRD:-$(guest_initrd)}"
 GUEST_APPEND="${GUEST_APPEND:-console=ttysclp0}"
 read -r -a ism_socks <<<"${ISM_SOCKS:-}"
 NET_SOCK="${NET_SOCK:-}"
-ISM_POST="${ISM_POST:-on}"
+[ -z "${ISM_POST:-}" ] || die "ISM_POST is now X_ISM_POST (zpci x-ism-post, default off)"
+X_ISM_POST="${X_ISM_POST:-off}"
 NET_SERVER="${NET_SERVER:-on}"
 MAC="${MAC:-}"
 NAME="${NAME:-guest}"
@@ -75,7 +79,7 @@ while [ $# -gt 0 ]; do
         -a|--append) need_arg "$@"; GUEST_APPEND="$2"; shift 2 ;;
         --ism) need_arg "$@"; ism_socks+=("$2"); shift 2 ;;
         --chid) need_arg "$@"; CHID="$2"; shift 2 ;;
-        --ism-post) need_arg "$@"; ISM_POST="$2"; shift 2 ;;
+        --x-ism-post) need_arg "$@"; X_ISM_POST="$2"; shift 2 ;;
         --net-socket) need_arg "$@"; NET_SOCK="$2"; shift 2 ;;
         --net-server) need_arg "$@"; NET_SERVER="$2"; shift 2 ;;
         --mac) need_arg "$@"; MAC="$2"; shift 2 ;;
@@ -109,7 +113,7 @@ if [[ "$CHID" == 0[xX]* ]]; then chid_val=$((CHID)); else chid_val=$((10#$CHID))
     || die "--chid $CHID: an ISM CHID must be nonzero and below 0xFF00"
 CHID="$(printf '0x%04x' "$chid_val")"
 case "$NET_SERVER" in on|off) ;; *) die "--net-server must be on or off" ;; esac
-case "$ISM_POST" in on|off) ;; *) die "--ism-post must be on or off" ;; esac
+case "$X_ISM_POST" in on|off) ;; *) die "--x-ism-post must be on or off" ;; esac
 [[ "$MEM" =~ ^[0-9]+[KMGT]?$ ]] || die "--mem must be a size like 1G or 512M"
 [[ "$SMP" =~ ^[1-9][0-9]*$ ]] || die "--smp must be a positive number"
 [[ "$SOCKET_WAIT" =~ ^[0-9]+$ ]] || die "--socket-wait must be a number of seconds"
@@ -127,7 +131,7 @@ mkdir -p "$(dirname "$CONSOLE_LOG")" "$(dirname "$QEMU_LOG")"
 declare -A V=(
     [MEM]="$MEM" [SMP]="$SMP" [GUEST_KERNEL]="$GUEST_KERNEL" [GUEST_APPEND]="$GUEST_APPEND"
     [GUEST_INITRD]="$GUEST_INITRD" [CONSOLE_LOG]="$CONSOLE_LOG" [CHID]="$CHID"
-    [NET_SOCK]="$NET_SOCK" [MAC]="$MAC" [ISM_UID]="" [ISM_SOCK]="" [ISM_POST]="$ISM_POST"
+    [NET_SOCK]="$NET_SOCK" [MAC]="$MAC" [ISM_UID]="" [ISM_SOCK]="" [X_ISM_POST]="$X_ISM_POST"
 )
 subst() {   # subst LINE -> LINE with ${VAR} replaced from V
     local line="$1" out="" name

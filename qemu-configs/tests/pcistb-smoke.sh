@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Smoke test of the QEMU patch series without the real emulator: one guest with
 #   - an ISM function (zpci ism=on, 0002:00:00.0) served by pcistb-stub.py, which logs
-#     every BAR write, and
+#     every BAR write: the default, every store waited for,
 #   - as a control, the same kind of vfio-user function WITHOUT ism=on (0003:00:00.0,
 #     device id 0x04ee so the ism driver leaves it alone): it must keep stock behaviour,
+#   - an ISM function with x-ism-post=on (0004:00:00.0) whose stub announces the
+#     capability x_ism_posted_moves and holds a posted move's failure,
 # and a tiny initramfs that
 #   1. prints the functions' zPCI identity (pchid, pft) from sysfs,
 #   2. loads stbtest.ko, which issues PCISTBs of odd shapes and prints their results,
 #   3. loads the unmodified ism driver, whose probe stores commands with PCISTB,
-# and checks what the guest saw and what the stubs received. Then the series' own tests,
-# as built with this QEMU: the qtest (patch 0008) and the functional test (patch 0009,
+# and checks what the guest saw and what the stubs received; then a guest whose server
+# dies under it, the plugs QEMU must refuse, and a guest into which QMP hot-plugs servers
+# QEMU refuses (nothing may be left behind). Then the series' own tests,
+# as built with this QEMU: the qtest (patch 0013) and the functional test (patch 0014,
 # which boots the project's stock kernel and initramfs against its in-process stub;
 # pycotap from PyPI into a venv in the cache).
 #
@@ -96,7 +100,9 @@ python3 "$HERE/pcistb-stub.py" "$WORK/ism.sock" "$WORK/stub.log" &
 stub_pid=$!
 python3 "$HERE/pcistb-stub.py" "$WORK/plain.sock" "$WORK/plain.log" --device-id 0x04ee &
 stub_pid="$stub_pid $!"
-for s in ism plain; do
+python3 "$HERE/pcistb-stub.py" "$WORK/post.sock" "$WORK/post.log" --posted-moves &
+stub_pid="$stub_pid $!"
+for s in ism plain post; do
     wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
 done
 rc=0
@@ -105,21 +111,24 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-smoke -k "$KOU
     --log "$WORK/console.log" -- \
     -device zpci,uid=3,fid=3,target=plain3 \
     -device "{\"driver\":\"vfio-user-pci\",\"id\":\"plain3\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/plain.sock\"}}" \
+    -device "zpci,uid=4,fid=4,target=post4,ism=on,pchid=$CHID,x-ism-post=on" \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"post4\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/post.sock\"}}" \
     >/dev/null 2>"$WORK/run.err" || rc=$?
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
 # The server goes away under a guest that keeps storing: every store after that must fail
-# (cc 1), and QEMU must say so once, not once per store.
+# (cc 1), waited or posted (x-ism-post=on, to a stub that announces x_ism_posted_moves),
+# and QEMU must say so once, not once per store.
 sed 's|^insmod /stbtest.ko$|insmod /stbtest.ko dead=1|; /ism.ko/d; /ism bound/d' "$WORK/ir/init" >"$WORK/init.dead"
 install -m 755 "$WORK/init.dead" "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-dead.cpio.gz"
-python3 "$HERE/pcistb-stub.py" "$WORK/dead.sock" "$WORK/dead.log" --die-on 0x800c00 &
+python3 "$HERE/pcistb-stub.py" "$WORK/dead.sock" "$WORK/dead.log" --die-on 0x800c00 --posted-moves &
 stub_pid=$!
 wait_for_socket "$WORK/dead.sock" 5 || die "the stub did not create $WORK/dead.sock"
 dead_rc=0
 QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-dead -k "$KOUT/bzImage" \
-    -i "$WORK/initrd-dead.cpio.gz" --ism "$WORK/dead.sock" --chid "$CHID" --timeout 120 \
+    -i "$WORK/initrd-dead.cpio.gz" --ism "$WORK/dead.sock" --chid "$CHID" --timeout 120 --x-ism-post on \
     --log "$WORK/dead.console.log" >/dev/null 2>"$WORK/dead.err" || dead_rc=$?
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
@@ -145,7 +154,101 @@ kill $stub_pid 2>/dev/null || true
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
-# The series' own qtest (patch 0008), built with this QEMU: the zpci properties' realize
+# x-ism-post=on for a server that did not announce x_ism_posted_moves: QEMU must refuse to
+# plug the function, naming the capability, since only the server could keep the failure
+# of a posted move.
+python3 "$HERE/pcistb-stub.py" "$WORK/nocap.sock" "$WORK/nocap.log" &
+stub_pid=$!
+wait_for_socket "$WORK/nocap.sock" 5 || die "the stub did not create $WORK/nocap.sock"
+nocap_rc=0
+timeout 30 "$QEMU" -machine s390-ccw-virtio -accel tcg -nodefaults -nographic -S \
+    -device zpci,uid=7,fid=7,target=nocap7,ism=on,pchid=0x1234,x-ism-post=on \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"nocap7\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/nocap.sock\"}}" \
+    >"$WORK/nocap.out" 2>&1 || nocap_rc=$?
+kill $stub_pid 2>/dev/null || true
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
+
+# A plug QEMU refuses must leave nothing behind. Before the guest starts (-S), QMP
+# device_add hot-plugs into zpci devices from the command line: a server too small for
+# 4 KiB stores (uid 6) and, for x-ism-post=on, one without x_ism_posted_moves (uid 7),
+# both refused, and a good server (uid 8). The guest then lists its PCI functions from
+# CLP LIST PCI at boot: 0008 must be there, 0006 and 0007 not. (A refusal made after the
+# PCI device was attached left a disabled zPCI function pointing to the device qdev then
+# freed, and CLP LIST read its entry from freed memory. A refused vfio-user-pci also needs
+# patch 0009, or its finalize aborts QEMU.)
+sed '/insmod/d; /STBT:/d' "$WORK/ir/init" >"$WORK/init.hp"
+install -m 755 "$WORK/init.hp" "$WORK/ir/init"
+(cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-hp.cpio.gz"
+python3 "$HERE/pcistb-stub.py" "$WORK/hp6.sock" "$WORK/hp6.log" --max-xfer 2048 &
+stub_pid=$!
+python3 "$HERE/pcistb-stub.py" "$WORK/hp7.sock" "$WORK/hp7.log" &
+stub_pid="$stub_pid $!"
+python3 "$HERE/pcistb-stub.py" "$WORK/hp8.sock" "$WORK/hp8.log" &
+stub_pid="$stub_pid $!"
+for s in hp6 hp7 hp8; do
+    wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
+done
+hp_add() {   # hp_add ID: the QMP device_add of vfio-user-pci ID on $WORK/ID.sock
+    printf '{"execute":"device_add","arguments":{"driver":"vfio-user-pci","id":"%s","socket":{"type":"unix","path":"%s"}}}' "$1" "$WORK/$1.sock"
+}
+QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-hotplug -k "$KOUT/bzImage" \
+    -i "$WORK/initrd-hp.cpio.gz" --chid "$CHID" --timeout 60 --log "$WORK/hp.console.log" -- \
+    -S -qmp "unix:$WORK/hp.qmp,server=on,wait=off" \
+    -device "zpci,uid=6,fid=6,target=hp6,ism=on,pchid=$CHID" \
+    -device "zpci,uid=7,fid=7,target=hp7,ism=on,pchid=$CHID,x-ism-post=on" \
+    -device "zpci,uid=8,fid=8,target=hp8,ism=on,pchid=$CHID" \
+    >/dev/null 2>"$WORK/hp.err" &
+hp_pid=$!
+python3 "$HERE/qmp.py" "$WORK/hp.qmp" "$(hp_add hp6)" "$(hp_add hp7)" "$(hp_add hp8)" '{"execute":"cont"}' \
+    >"$WORK/hp.qmp.out" 2>&1 || true
+hp_rc=0
+wait $hp_pid || hp_rc=$?
+kill $stub_pid 2>/dev/null || true
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
+
+# The vfio-user client's queue (patches 0010-0012): two ISM functions with x-ism-post=on,
+# message timeout 2 s, whose stubs stop reading for 1 s at the first of 1500 posted 4 KiB
+# data moves. Function 2's stub then goes on, and answers a waited store 3 s late;
+# function 3's stub exits. The posted backlog must be bounded (past it a write waits:
+# the flood takes the stall's time, and some of its writes arrive waited); the late
+# reply must leave the stream in step (the next store gets through); and once function
+# 3's server is gone with writes still queued, every store fails at once.
+cat >"$WORK/ir/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+dmesg -n 1
+insmod /stbtest.ko queue=1
+dmesg | grep 'STBT:' | sed 's/^\[[^]]*\] /SMOKE: /'
+echo "SMOKE: END"
+poweroff -f
+INIT
+chmod +x "$WORK/ir/init"
+(cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-queue.cpio.gz"
+python3 "$HERE/pcistb-stub.py" "$WORK/q2.sock" "$WORK/q2.log" --posted-moves --stall-on 0 \
+    --slow-on 0x800d00 &
+stub_pid=$!
+python3 "$HERE/pcistb-stub.py" "$WORK/q3.sock" "$WORK/q3.log" --posted-moves --stall-on 0 --die-after-stall &
+stub_pid="$stub_pid $!"
+for s in q2 q3; do
+    wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
+done
+queue_rc=0
+QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-queue -k "$KOUT/bzImage" \
+    -i "$WORK/initrd-queue.cpio.gz" --chid "$CHID" --timeout 120 --log "$WORK/queue.console.log" -- \
+    -device "zpci,uid=2,fid=2,target=q2,ism=on,pchid=$CHID,x-ism-post=on" \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"q2\",\"x-msg-timeout\":2000,\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/q2.sock\"}}" \
+    -device "zpci,uid=3,fid=3,target=q3,ism=on,pchid=$CHID,x-ism-post=on" \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"q3\",\"x-msg-timeout\":2000,\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/q3.sock\"}}" \
+    >/dev/null 2>"$WORK/queue.err" || queue_rc=$?
+kill $stub_pid 2>/dev/null || true
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
+
+# The series' own qtest (patch 0013), built with this QEMU: the zpci properties' realize
 # and plug errors over QMP.
 QTEST_BIN="$(dirname "$QEMU")/../libexec/ism-emu/s390x-zpci-ism-test"
 qtest_rc=0
@@ -155,7 +258,7 @@ else
     echo "no qtest at $QTEST_BIN" >"$WORK/qtest.out"; qtest_rc=127
 fi
 
-# The series' functional test (patch 0009), in QEMU's functional-test framework, which
+# The series' functional test (patch 0014), in QEMU's functional-test framework, which
 # needs pycotap from PyPI (a venv in the cache). It boots the project's stock kernel and
 # initramfs with a shell on the console; its own vfio-user stub runs in the test process.
 FUNC_DIR="$(dirname "$QEMU")/../libexec/ism-emu/functional"
@@ -197,7 +300,8 @@ check_absent() {
     if grep -qF -- "$3" "$2"; then echo "not ok - $1 (found '$3')"; fail=$((fail + 1))
     else echo "ok - $1"; pass=$((pass + 1)); fi
 }
-C="$WORK/console.log" S="$WORK/stub.log" P="$WORK/plain.log" F=0002:00:00.0 N=0003:00:00.0
+C="$WORK/console.log" S="$WORK/stub.log" P="$WORK/plain.log" SQ="$WORK/post.log"
+F=0002:00:00.0 N=0003:00:00.0 Q=0004:00:00.0
 if [ "$refuse_rc" -ne 0 ] && [ "$refuse_rc" -ne 124 ]; then echo "ok - ism=on on virtio-net-pci: QEMU refuses to start"; pass=$((pass + 1))
 else echo "not ok - ism=on on virtio-net-pci: QEMU exit status $refuse_rc"; fail=$((fail + 1)); fi
 check "... saying why" "$WORK/refuse.out" "ism=on requires a vfio-user-pci target, not virtio-net-pci"
@@ -205,6 +309,9 @@ check "pchid 0xff10 (Linux's virtual ISM range): a warning, not the error" "$WOR
 if [ "$small_rc" -ne 0 ] && [ "$small_rc" -ne 124 ]; then echo "ok - ISM on a server taking 2048-byte writes: QEMU refuses to start"; pass=$((pass + 1))
 else echo "not ok - ISM on a server taking 2048-byte writes: QEMU exit status $small_rc"; fail=$((fail + 1)); fi
 check "... saying why" "$WORK/small.out" "zpci small6: an ISM function needs writes of 4096 bytes, its device takes at most 2048"
+if [ "$nocap_rc" -ne 0 ] && [ "$nocap_rc" -ne 124 ]; then echo "ok - x-ism-post=on on a server without x_ism_posted_moves: QEMU refuses to start"; pass=$((pass + 1))
+else echo "not ok - x-ism-post=on on a server without x_ism_posted_moves: QEMU exit status $nocap_rc"; fail=$((fail + 1)); fi
+check "... naming the capability" "$WORK/nocap.out" "zpci nocap7: x-ism-post=on requires a vfio-user server that announces the capability x_ism_posted_moves"
 if [ "$rc" = 0 ]; then echo "ok - guest ran and powered off"; pass=$((pass + 1))
 else echo "not ok - guest run failed (rc=$rc)"; cat "$WORK/run.err"; fail=$((fail + 1)); fi
 # the ISM function (ism=on)
@@ -212,10 +319,10 @@ check "ISM: CLP reports pchid and PFT 5" "$C" "PCI $F vendor=0x1014 device=0x04e
 check_re "ISM: its function group has maxstbl 4096" "$C" "STBT: $F pfgid=0x[0-9a-f]+ maxstbl=4096"
 check_absent "ISM: ... not the default group's" "$C" "STBT: $F pfgid=0xff "
 check "ISM: 5 bytes at BAR offset 37 from a page-crossing buffer: cc 0" "$C" "STBT: $F A len5 off37 src+4093 (crosses page) rc=0"
-check "ISM: ... arrive as one write with the guest's bytes, posted (no signal)" "$S" "WRITE r0 off=0x25 len=5 post=True data=fdfeff0001"
+check "ISM: ... arrive as one write with the guest's bytes, waited (the default)" "$S" "WRITE r0 off=0x25 len=5 post=False data=fdfeff0001"
 check "ISM: 4096 bytes from a misaligned buffer: cc 0" "$C" "STBT: $F B len4096 off0x1000 src+3 rc=0"
-check "ISM: ... arrive as one 4096-byte write" "$S" "WRITE r0 off=0x1000 len=4096 post=True data=030405060708090a"
-check "ISM: 1 byte: one write" "$S" "WRITE r0 off=0x2fff len=1 post=True data=01"
+check "ISM: ... arrive as one 4096-byte write" "$S" "WRITE r0 off=0x1000 len=4096 post=False data=030405060708090a"
+check "ISM: 1 byte: one write" "$S" "WRITE r0 off=0x2fff len=1 post=False data=01"
 check "ISM: crossing a 4K boundary of the PCI offset: program exception (-ENXIO)" "$C" "STBT: $F D len8 off0x3ffc (crosses 4K of PCI offset) rc=-6"
 check_absent "ISM: ... and nothing sent" "$S" "off=0x3ffc"
 check "ISM: 4097 bytes: program exception (-ENXIO)" "$C" "STBT: $F E len4097 off0x5000 rc=-6"
@@ -234,16 +341,40 @@ done
 # returns the count it sent), so a short write cannot be seen here: cc 0.
 check "ISM: device answers a short write: the client reports it whole (cc 0)" "$C" "STBT: $F F6 len16 offSF+0xa80 (device: short write) rc=0"
 check "ISM: outside the BAR: program exception (-ENXIO)" "$C" "STBT: $F G len8 off0x1200000 (beyond 16M BAR) rc=-6"
-# Patch 0005: a move without the signal is posted; its failure, held by the device,
-# fails the next signalling store (cc 1), and only that one.
-check "ISM: rejected store without the signal: posted, cc 0" "$C" "STBT: $F H len16 off0xb00 (device rejects, no signal) rc=0"
-check "ISM: ... sent posted" "$S" "WRITE r0 off=0xb00 len=16 post=True"
-check "ISM: the next signalling store: the held failure, cc 1 (-EIO)" "$C" "STBT: $F H2 len16 offSF+0xb80 (next signal) rc=-5"
-check "ISM: ... sent waited" "$S" "WRITE r0 off=0x800b80 len=16 post=False"
+# The default (x-ism-post=off): every store is waited for and gets the device's true
+# result. A data move the device rejects fails at once (cc 1), nothing is held for it,
+# and the next valid signalling store into the same target lands (cc 0).
+check "ISM: a data move the device rejects (no signal): cc 1 (-EIO) at once" "$C" "STBT: $F H len16 off0xb00 (device rejects, no signal) rc=-5"
+check "ISM: ... sent waited" "$S" "WRITE r0 off=0xb00 len=16 post=False"
+check "ISM: the next valid signalling store into the same target: cc 0" "$C" "STBT: $F H2 len16 offSF+0xb80 (next signal) rc=0"
 check "ISM: the signalling store after it: cc 0" "$C" "STBT: $F H3 len16 offSF+0xb80 (the signal after) rc=0"
+n="$(grep -c '^WRITE r0 off=0x800b80 len=16 post=False ' "$S" || true)"
+if [ "$n" = 2 ]; then echo "ok - ISM: ... both reached the stub, waited"; pass=$((pass + 1))
+else echo "not ok - ISM: ... $n of the 2 signalling stores reached the stub waited"; fail=$((fail + 1)); fi
+check_absent "ISM: ... and the stub held no failure" "$S" "HELD"
+check_absent "ISM: no store posted (x-ism-post=off)" "$S" "post=True"
+check "ISM: QEMU proposes x_ism_posted_moves in its VERSION request" "$S" '"x_ism_posted_moves": true'
 check "ISM: driver's REG_SBA header as one big-endian 8-byte write" "$S" "WRITE r2 off=0x0 len=8 post=False data=0000000100000010"
 check "ISM: driver's REG_IEQ payload as one 16-byte write" "$S" "WRITE r2 off=0x8 len=16 post=False"
 check "ISM: driver probed (bound)" "$C" "SMOKE: ism bound $F"
+# x-ism-post=on (patch 0006), on a stub that announced x_ism_posted_moves: data moves
+# without the signal are posted; a posted move's failure is held by the stub and fails
+# every later signalling store into that DMB (cc 1), not only the next one.
+check "posted: the function plugs (its server announced x_ism_posted_moves)" "$C" "PCI $Q vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
+check_absent "posted: ... without QEMU's \"spurious capabilities\" warning" "$WORK/run.err" "spurious capabilities"
+check "posted: 5 bytes without the signal: one posted write" "$SQ" "WRITE r0 off=0x25 len=5 post=True data=fdfeff0001"
+check "posted: 4096 bytes: one posted write" "$SQ" "WRITE r0 off=0x1000 len=4096 post=True data=030405060708090a"
+check "posted: a signalling store the device rejects: cc 1" "$C" "STBT: $Q F len16 offSF+0x800 (device rejects) rc=-5"
+check "posted: ... waited" "$SQ" "WRITE r0 off=0x800800 len=16 post=False"
+check "posted: a rejected data move without the signal: cc 0" "$C" "STBT: $Q H len16 off0xb00 (device rejects, no signal) rc=0"
+check "posted: ... sent posted, its failure held" "$SQ" "WRITE r0 off=0xb00 len=16 post=True"
+check "posted: the next signalling store into that DMB: the held failure, cc 1 (-EIO)" "$C" "STBT: $Q H2 len16 offSF+0xb80 (next signal) rc=-5"
+check "posted: ... and the one after it: cc 1 (held until the DMB is reset)" "$C" "STBT: $Q H3 len16 offSF+0xb80 (the signal after) rc=-5"
+n="$(grep -c 'REPORTED HELD' "$SQ" || true)"
+if [ "$n" = 2 ]; then echo "ok - posted: ... both answered by the stub with the held failure"; pass=$((pass + 1))
+else echo "not ok - posted: the stub answered $n signalling stores with the held failure, not 2"; fail=$((fail + 1)); fi
+check "posted: command headers still waited" "$SQ" "WRITE r2 off=0x0 len=8 post=False data=0000000100000010"
+check "posted: driver probed (bound)" "$C" "SMOKE: ism bound $Q"
 # the control function (no ism=on): stock behaviour
 check "control: CLP reports pchid 0, PFT 0" "$C" "PCI $N vendor=0x1014 device=0x04ee pchid=0x0000 pft=0x00"
 check "control: the default function group, maxstbl 128" "$C" "STBT: $N pfgid=0xff maxstbl=128"
@@ -254,6 +385,42 @@ check "control: ... as two 8-byte writes as before" "$P" "WRITE r0 off=0x800808 
 # patch 0001: the generic path's doublewords in the guest's byte order on any host
 check_re "control: ... each in the guest's byte order" "$P" "^WRITE r0 off=0x800800 len=8 post=[A-Za-z]+ data=08090a0b0c0d0e0f$"
 check_re "control: ... the second one too" "$P" "^WRITE r0 off=0x800808 len=8 post=[A-Za-z]+ data=1011121314151617$"
+# refused hot plugs leave nothing behind
+check "hotplug: a server too small for 4 KiB stores: device_add refused, saying why" "$WORK/hp.qmp.out" \
+    "error device_add: zpci hp6: an ISM function needs writes of 4096 bytes, its device takes at most 2048"
+check "hotplug: x-ism-post=on, a server without x_ism_posted_moves: refused, naming it" "$WORK/hp.qmp.out" \
+    "error device_add: zpci hp7: x-ism-post=on requires a vfio-user server that announces the capability x_ism_posted_moves"
+check "hotplug: a good server: plugged" "$WORK/hp.qmp.out" "ok device_add"
+if [ "$hp_rc" = 0 ]; then echo "ok - hotplug: the guest ran and powered off"; pass=$((pass + 1))
+else echo "not ok - hotplug: guest run failed (rc=$hp_rc)"; tail -n 5 "$WORK/hp.err"; fail=$((fail + 1)); fi
+check "hotplug: the guest's CLP LIST has the plugged function" "$WORK/hp.console.log" "SMOKE: PCI 0008:00:00.0 vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
+check_absent "hotplug: ... not the one refused for its transfer size" "$WORK/hp.console.log" "SMOKE: PCI 0006:"
+check_absent "hotplug: ... nor the one refused for the capability" "$WORK/hp.console.log" "SMOKE: PCI 0007:"
+# the vfio-user client's queue
+QC="$WORK/queue.console.log" F2=0002:00:00.0 F3=0003:00:00.0
+if [ "$queue_rc" = 0 ]; then echo "ok - queue: the guest ran and powered off"; pass=$((pass + 1))
+else echo "not ok - queue: guest run failed (rc=$queue_rc)"; tail -n 5 "$WORK/queue.err"; fail=$((fail + 1)); fi
+ms_of() {   # ms_of CASE: the ms= of function 2's QUEUE line for CASE, or -1
+    sed -n "s/.*STBT: $F2 QUEUE $1 .*ms=\([0-9]*\).*/\1/p" "$QC" | head -1 | grep . || echo -1
+}
+check "queue: 1500 posted 4 KiB moves into a stalled server: none fails" "$QC" "STBT: $F2 QUEUE flood n=1500 failed=0 "
+n="$(ms_of flood)"
+if [ "$n" -ge 700 ]; then echo "ok - queue: ... the guest waits for the stalled server (${n} ms): the backlog is bounded"; pass=$((pass + 1))
+else echo "not ok - queue: the flood took ${n} ms, not the 1 s stall: posted writes piled up without bound"; fail=$((fail + 1)); fi
+n="$(grep -c '^WRITE r0 off=0x[0-9a-f]* len=4096 post=False' "$WORK/q2.log" || true)"
+if [ "$n" -ge 1 ]; then echo "ok - queue: ... past the bound a posted write waits ($n arrived waited)"; pass=$((pass + 1))
+else echo "not ok - queue: no write of the flood arrived waited"; fail=$((fail + 1)); fi
+n="$(grep -c '^WRITE r0 off=0x[0-9a-f]* len=4096 ' "$WORK/q2.log" || true)"
+if [ "$n" = 1500 ]; then echo "ok - queue: ... and all 1500 reached the server"; pass=$((pass + 1))
+else echo "not ok - queue: $n of the 1500 flood writes reached the server"; fail=$((fail + 1)); fi
+check "queue: a waited store answered after QEMU's 2 s timeout: cc 1 (-EIO)" "$QC" "STBT: $F2 QUEUE slow rc=-5 "
+check "queue: the store after it gets through: the late reply was drained (cc 0)" "$QC" "STBT: $F2 QUEUE after-slow rc=0"
+check "queue: ... and reached the server" "$WORK/q2.log" "WRITE r0 off=0x800d80 len=16 post=False"
+check "queue: 20 more stores: none fails" "$QC" "STBT: $F2 QUEUE last20 failed=0 "
+check "queue: server gone with writes still queued: the 20 stores after it all fail" "$QC" "STBT: $F3 QUEUE last20 failed=20 "
+n="$(sed -n "s/.*STBT: $F3 QUEUE last20 failed=[0-9]* ms=\([0-9]*\).*/\1/p" "$QC" | head -1)"
+if [ -n "$n" ] && [ "$n" -lt 1000 ]; then echo "ok - queue: ... at once (${n} ms for 20), none waits for a timeout"; pass=$((pass + 1))
+else echo "not ok - queue: the 20 stores after the server went away took ${n:-?} ms"; fail=$((fail + 1)); fi
 # the series' qtest
 if [ "$qtest_rc" = 0 ]; then echo "ok - qtest s390x-zpci-ism-test: passed"; pass=$((pass + 1))
 else echo "not ok - qtest s390x-zpci-ism-test: status $qtest_rc"; tail -n 20 "$WORK/qtest.out"; fail=$((fail + 1)); fi
@@ -278,6 +445,6 @@ check "dead server: ... saying that more go unreported" "$DQ" "Further failed ac
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then
     echo "--- console:"; grep -E 'SMOKE|STBT' "$C" | tail -30
-    echo "--- stub logs:"; cut -c1-160 "$S" "$P" | tail -40
+    echo "--- stub logs:"; cut -c1-160 "$S" "$P" "$SQ" | tail -60
     exit 1
 fi

@@ -17,16 +17,38 @@ response length the Linux driver expects. Rejected with an error reply:
     own outcomes;
   - with --reject-cmd N: the header store of command N (EINVAL, response ret 0xFFFF).
 A BAR 0 write at offset SF+0xa80 is answered as a short write (the reply's count is one
-less than the write's). A BAR 0 write at 0xb00 (no signal: QEMU posts it) fails the way
-ism-emu fails such a move: answered as done, the failure (EIO) held and answered to the
-next BAR 0 write with the signal flag. With --die-on OFFSET, a BAR 0 write at OFFSET
-makes the stub exit at once without a reply: the server is gone.
+less than the write's).
+
+A BAR 0 write at 0xb00 (no signal) is a data move that fails, as ism-emu fails one:
+  - waited for (no No_reply flag): an error reply (EIO), its true result; nothing is
+    kept, so the next signalling write lands;
+  - posted (No_reply), which QEMU may only do when the stub announced the capability
+    x_ism_posted_moves (--posted-moves): the failure is held for its "DMB" (the stub's
+    DMB is the 4 KiB page of the offset without the signal flag) and every later
+    signalling write into that DMB is answered with EIO without being executed. The
+    stub has no DMB owner that could reset the buffer: a held failure lasts until the
+    client disconnects.
+A posted BAR write to a stub that did not announce x_ism_posted_moves is logged as
+"POSTED WITHOUT x_ism_posted_moves" (for a control function without ism=on, whose
+generic stores vfio-user posts anyway, that is expected).
+The client's VERSION proposal is logged as "VERSION client <json>".
+With --die-on OFFSET, a BAR 0 write at OFFSET makes the stub exit at once without a
+reply: the server is gone.
+With --stall-on OFFSET, a BAR 0 write at OFFSET makes the stub stop reading for
+--stall-secs seconds (QEMU's queue of posted writes grows meanwhile), then go on, or
+exit without reading any more with --die-after-stall.
+With --slow-on OFFSET, the reply to a waited BAR 0 write at OFFSET comes --slow-secs
+seconds late (after QEMU's x-msg-timeout, if that is shorter).
+The data of a write longer than 64 bytes is logged up to its 64th byte, then "...".
 Exits when the client disconnects.
 
 Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN] [--die-on OFFSET]
                       [--max-xfer BYTES]   (max_data_xfer_size announced; default 1 MiB)
+                      [--posted-moves]     (announce "x_ism_posted_moves": true)
+                      [--stall-on OFFSET [--stall-secs S] [--die-after-stall]]
+                      [--slow-on OFFSET [--slow-secs S]]
 """
-import argparse, array, json, os, socket, struct
+import argparse, array, json, os, socket, struct, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("socket")
@@ -36,6 +58,16 @@ ap.add_argument("--max-xfer", type=lambda s: int(s, 0), default=1 << 20,
                 help="max_data_xfer_size announced in the VERSION reply")
 ap.add_argument("--die-on", type=lambda s: int(s, 0), default=None,
                 help="exit at once, without a reply, on a BAR 0 write at this offset")
+ap.add_argument("--posted-moves", action="store_true",
+                help='announce the capability "x_ism_posted_moves": true (hold posted failures)')
+ap.add_argument("--stall-on", type=lambda s: int(s, 0), default=None,
+                help="stop reading for --stall-secs on a BAR 0 write at this offset")
+ap.add_argument("--stall-secs", type=float, default=1.0)
+ap.add_argument("--die-after-stall", action="store_true",
+                help="exit after the stall instead of reading on")
+ap.add_argument("--slow-on", type=lambda s: int(s, 0), default=None,
+                help="reply --slow-secs late to a waited BAR 0 write at this offset")
+ap.add_argument("--slow-secs", type=float, default=3.0)
 ap.add_argument("--device-id", type=lambda s: int(s, 0), default=0x04ED,
                 help="PCI device id (another id keeps the ism driver off the function)")
 args = ap.parse_args()
@@ -55,7 +87,7 @@ REJECT_BAR0 = {SF | 0x800: EINVAL, SF | 0x880: 2, SF | 0x900: 34, SF | 0x980: EO
                SF | 0xa00: 5}
 SHORT_BAR0_OFFSET = SF | 0xa80
 HELD_BAR0_OFFSET = 0xb00
-held = 0                                              # errno of a failure held for a signal
+held = {}                                             # DMB -> errno of a held failure
 BAR_SIZES = {0: 1 << 24, 2: 4096, 4: 4096}
 CONFIG_REGION = 7
 # response lengths of the ISM commands that have a payload (others: 8)
@@ -106,28 +138,47 @@ def reply(mid, cmd, body=b"", err=0):
     conn.sendall(HDR.pack(mid, cmd, HDR.size + len(body), flags, err) + body)
 
 
+def dmb(off):
+    """The stub's "DMB" of a BAR 0 offset: its 4 KiB page, without the signal flag."""
+    return (off & ~SF) >> 12
+
+
 def region_write(reg, off, data):
     """Returns 0 or an errno for the reply."""
-    global held
     if reg == CONFIG_REGION:
         if not (0x10 <= off < 0x28 or 0x30 <= off < 0x34):   # BARs/ROM: QEMU emulates them
             cfg[off:off + len(data)] = data
         return 0
-    log(f"WRITE r{reg} off=0x{off:x} len={len(data)} post={posted} data={data.hex()}")
+    shown = data.hex() if len(data) <= 64 else data[:64].hex() + "..."
+    log(f"WRITE r{reg} off=0x{off:x} len={len(data)} post={posted} data={shown}")
     if reg == 0 and off == args.die_on:
         log("  DYING (the server goes away)")
         os._exit(0)
+    if reg == 0 and off == args.stall_on:
+        log(f"  STALLING {args.stall_secs} s")
+        time.sleep(args.stall_secs)
+        if args.die_after_stall:
+            log("  DYING after the stall (the server goes away)")
+            os._exit(0)
+    if reg == 0 and off == args.slow_on and not posted:
+        log(f"  SLOW: replying in {args.slow_secs} s")
+        time.sleep(args.slow_secs)
     if reg == 0 and off in REJECT_BAR0:
         log(f"  REJECTED (BAR 0 offset 0x{off:x}, errno {REJECT_BAR0[off]})")
         return REJECT_BAR0[off]
+    if posted and not args.posted_moves:
+        log("  POSTED WITHOUT x_ism_posted_moves")
     if reg == 0 and off == HELD_BAR0_OFFSET:
-        held = 5
-        log("  HELD (no signal: failure held for the next signal)")
+        if not posted:
+            log("  REJECTED (waited data move, errno 5: its true result, nothing held)")
+            return 5
+        if args.posted_moves:
+            held[dmb(off)] = 5
+            log(f"  HELD (posted data move failed: DMB 0x{dmb(off):x}'s signals fail from now on)")
         return 0
-    if reg == 0 and off & SF and held:
-        err, held = held, 0
-        log(f"  REPORTED HELD (errno {err})")
-        return err
+    if reg == 0 and off & SF and dmb(off) in held:
+        log(f"  REPORTED HELD (errno {held[dmb(off)]}, DMB 0x{dmb(off):x}; not executed)")
+        return held[dmb(off)]
     if reg != 2:
         return 0
     cmdbuf[off:off + len(data)] = data
@@ -155,8 +206,11 @@ while True:
         break
     posted = bool(flags & NO_REPLY)
     if cmd == 1:                                      # VERSION
-        caps = json.dumps({"capabilities": {"max_msg_fds": 8,
-                                            "max_data_xfer_size": args.max_xfer}}).encode()
+        log("VERSION client " + body[4:].rstrip(b"\0").decode(errors="replace"))
+        mine = {"max_msg_fds": 8, "max_data_xfer_size": args.max_xfer}
+        if args.posted_moves:
+            mine["x_ism_posted_moves"] = True
+        caps = json.dumps({"capabilities": mine}).encode()
         reply(mid, cmd, struct.pack("<HH", 0, 0) + caps + b"\0")
     elif cmd == 4:                                    # DEVICE_GET_INFO: PCI|RESET, 9 regions, 5 irqs
         reply(mid, cmd, struct.pack("<IIII", 16, 3, 9, 5))

@@ -7,12 +7,13 @@
 #include <linux/module.h>
 #include <linux/pci.h>
 #include <linux/gfp.h>
+#include <linux/ktime.h>
 #include <asm/pci.h>
 #include <asm/pci_io.h>
 #include <asm/pci_insn.h>
 
-/* The signal flag of an ISM data move (bit 23 of the BAR 0 offset): QEMU waits for such
- * a store and posts the others (ism-post=on). */
+/* The signal flag of an ISM data move (bit 23 of the BAR 0 offset): QEMU always waits for
+ * such a store; with x-ism-post=on it posts the others. */
 #define SF 0x800000ULL
 
 static int stb(struct zpci_dev *zdev, int bar, u64 off, void *src, int len)
@@ -46,7 +47,11 @@ static void stbtest_one(struct pci_dev *pdev)
 	pr_info("STBT: %s F5 len16 offSF+0xa00 (device: EIO) rc=%d\n", n, stb(zdev, 0, SF | 0xa00, buf + 8, 16));
 	pr_info("STBT: %s F6 len16 offSF+0xa80 (device: short write) rc=%d\n", n, stb(zdev, 0, SF | 0xa80, buf + 8, 16));
 	pr_info("STBT: %s G len8 off0x1200000 (beyond 16M BAR) rc=%d\n", n, stb(zdev, 0, 0x1200000, buf, 8));
-	/* A store without the signal that the device rejects, then two with the signal. */
+	/*
+	 * A store without the signal that the device rejects, then two with the signal into
+	 * the same DMB: waited, the first fails at once and the next ones land; posted
+	 * (x-ism-post=on), the failure is held and fails both signalling stores.
+	 */
 	pr_info("STBT: %s H len16 off0xb00 (device rejects, no signal) rc=%d\n", n, stb(zdev, 0, 0xb00, buf + 8, 16));
 	pr_info("STBT: %s H2 len16 offSF+0xb80 (next signal) rc=%d\n", n, stb(zdev, 0, SF | 0xb80, buf + 8, 16));
 	pr_info("STBT: %s H3 len16 offSF+0xb80 (the signal after) rc=%d\n", n, stb(zdev, 0, SF | 0xb80, buf + 8, 16));
@@ -55,7 +60,8 @@ static void stbtest_one(struct pci_dev *pdev)
 
 /*
  * dead=1: the first store makes the stub exit (its server is gone), then stores that
- * each must fail, half of them waited for (signal), half posted.
+ * each must fail, half of them with the signal (always waited for), half without it
+ * (posted with x-ism-post=on).
  */
 static bool dead;
 module_param(dead, bool, 0444);
@@ -72,6 +78,46 @@ static void stbtest_dead(struct pci_dev *pdev)
 	pr_info("STBT: %s DEAD after=20 failed=%d\n", pci_name(pdev), failed);
 }
 
+/*
+ * queue=1: for QEMU's vfio-user queue (x-ism-post=on, a stub that stalls on the first
+ * store and answers SF+0xd00 late): a flood of posted 4 KiB data moves, a waited store
+ * answered after QEMU's timeout, the store after it, then 20 more, half posted; each
+ * with its failures and the milliseconds it took.
+ */
+static bool queue;
+module_param(queue, bool, 0444);
+#define FLOOD 1500
+
+static void stbtest_queue(struct pci_dev *pdev)
+{
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
+	int i, rc, failed = 0;
+	ktime_t t0;
+	u8 *buf;
+
+	buf = (u8 *)__get_free_pages(GFP_KERNEL, 0);
+	if (!buf)
+		return;
+	memset(buf, 0x5a, PAGE_SIZE);
+	t0 = ktime_get();
+	for (i = 0; i < FLOOD; i++)
+		failed += stb(zdev, 0, (u64)(i % 2048) << 12, buf, 4096) != 0;
+	pr_info("STBT: %s QUEUE flood n=%d failed=%d ms=%lld\n", n, FLOOD, failed,
+		ktime_ms_delta(ktime_get(), t0));
+	t0 = ktime_get();
+	rc = stb(zdev, 0, SF | 0xd00, buf, 16);
+	pr_info("STBT: %s QUEUE slow rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
+	pr_info("STBT: %s QUEUE after-slow rc=%d\n", n, stb(zdev, 0, SF | 0xd80, buf, 16));
+	failed = 0;
+	t0 = ktime_get();
+	for (i = 0; i < 20; i++)
+		failed += stb(zdev, 0, (i & 1 ? SF : 0) | 0xe00, buf, 16) != 0;
+	pr_info("STBT: %s QUEUE last20 failed=%d ms=%lld\n", n, failed,
+		ktime_ms_delta(ktime_get(), t0));
+	free_pages((unsigned long)buf, 0);
+}
+
 /* Every IBM (1014) function: the ISM one (04ed) and any test function beside it. */
 static int __init stbtest_init(void)
 {
@@ -80,6 +126,8 @@ static int __init stbtest_init(void)
 	while ((pdev = pci_get_device(PCI_VENDOR_ID_IBM, PCI_ANY_ID, pdev))) {
 		if (dead)
 			stbtest_dead(pdev);
+		else if (queue)
+			stbtest_queue(pdev);
 		else
 			stbtest_one(pdev);
 	}
