@@ -8,8 +8,9 @@
 #   reg-dmb       the server's next 4 REG_DMBs fail: the first connection falls back to
 #                 TCP with the kernel's decline reason, its data intact; the second runs
 #                 SMC-D with a smaller RMB; the third is as before
-#   move-reject   one data move of a long stream is rejected: the connection ends on both
-#                 sides (no hang), and new connections work
+#   move-reject   one data move of a long stream fails (cc 1, waited as on ISM): the
+#                 connection stalls on both sides until their I/O timeouts, no lost
+#                 byte is read, and new connections work
 #   gid-disabled  a GID-disabled event for a peer that is still there, mid-stream: the
 #                 connection to it is torn down, and new connections work
 #   irq-drop      every 10th interrupt to the receiver is dropped: the next one recovers
@@ -163,19 +164,19 @@ run_move_reject() {
     # signal=no: a data move, not a CDC message (a refused CDC message is answered at
     # once and loses no bytes: another scenario, which next=1 alone would pick about one
     # run in four).
-    # With QEMU's default, posting: the failing data move is answered as done and its
-    # failure held; every later signalling move of b into that DMB fails (the first is b's
-    # -EIO), so no CDC message can advertise the lost bytes (docs/device.md, "Held
-    # failures"). ism-post=off changes nothing at the device, which cannot tell a waited
-    # write from a posted one.
+    # QEMU's default (x-ism-post=off): every move is waited, as on real ISM. The failing
+    # data move is b's cc 1 (-EIO) at once; the device holds nothing, and the moves after
+    # it would land (next=1).
     run_broken_stream "move@ism1,signal=no,next=1" || return 1
-    # The sender's kernel sets peer_conn_abort for a failed ISM write, but its CDC
-    # messages after it fail too, and nothing else tells the receiver: the connection
-    # stalls on both sides until an I/O timeout (20 s, on both sides) ends it: the
-    # receiver's recv times out; the sender's send times out too, or fails with the reset
-    # of the receiver's close, whichever comes first. Neither side ends before the
-    # timeout, and the receiver never reads a byte that did not arrive (a mismatch ends
-    # its stream at once, and fails a_receiver_timed_out).
+    # What 6.12 does with it (docs/faults.md, "A failed data move"): smcd_tx_ism_write()
+    # sets peer_conn_abort in the local CDC state and smc_tx_rdma_writes() returns before
+    # any cursor moves; smc_tx_sendmsg() ignores the error, b then sleeps for send-buffer
+    # space that only a's cursor update would free, and nothing retries the write or sends
+    # the flag: both sides stall until an I/O timeout (20 s): a's recv times out; b's send
+    # times out too, or fails with the reset of a's close. The abort flag reaches a only
+    # with b's close. Neither side ends before the timeout, and the receiver never reads a
+    # byte that did not arrive (a mismatch ends its stream at once, and fails
+    # a_receiver_timed_out).
     expect a_receiver_timed_out "$RUN_DIR/a.console.log" '^SUMMARY test=stream side=server .*recv: timed out'
     expect b_sender_stalled "$RUN_DIR/b.console.log" '^SUMMARY test=stream side=client .*send: (timed out|Connection reset by peer)'
     ended_after a_no_abort a 15

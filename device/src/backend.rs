@@ -12,6 +12,7 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
+use nix::errno::Errno;
 use vfio_user::{DmaMapFlags, DmaUnmapFlags};
 
 use crate::dmb::FunctionId;
@@ -20,7 +21,62 @@ use crate::ism::command::{self, HEADER_LEN};
 use crate::ism::MAX_MOVE_LEN;
 use crate::pci::{Bar, ConfigSpace, Region};
 use crate::ratelimit::{guest_lines, guest_log};
-use crate::server::vfio_user::{Device, Refused};
+
+/// Why the device refused a request: the error reply's errno.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// The request makes no sense for this device (a bad region, offset or length).
+    #[error("{0}")]
+    Invalid(String),
+    /// The device could not do it: for a data move, the store did not happen.
+    #[error("{0}")]
+    Failed(String),
+    /// A feature the device does not offer.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl Refused {
+    pub fn errno(&self) -> i32 {
+        match self {
+            Refused::Invalid(_) => Errno::EINVAL as i32,
+            Refused::Failed(_) => Errno::EIO as i32,
+            Refused::Unsupported(_) => Errno::ENOTSUP as i32,
+        }
+    }
+}
+
+/// The device behind one connection, as the message loop drives it.
+pub trait Device {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Refused>;
+    /// `posted`: the client sent the write with the no-reply flag and will never learn
+    /// its result.
+    fn region_write(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+        posted: bool,
+    ) -> Result<(), Refused>;
+    fn dma_map(
+        &mut self,
+        flags: DmaMapFlags,
+        file_offset: u64,
+        iova: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> Result<(), Refused>;
+    fn dma_unmap(&mut self, flags: DmaUnmapFlags, iova: u64, size: u64) -> Result<(), Refused>;
+    fn reset(&mut self) -> Result<(), Refused>;
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> Result<(), Refused>;
+}
 
 const COMMAND_AREA: usize = Bar::Command.size() as usize;
 

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
+use ism_emu::backend::Device;
 use ism_emu::backend::IsmBackend;
 use ism_emu::default_gid;
 use ism_emu::fabric::Fabric;
 use ism_emu::ism::wire::{self, ReqHeader};
 use ism_emu::pci::Bar;
-use ism_emu::server::vfio_user::Device;
 use ism_emu::testkit::rig::Recorder;
 use zerocopy::big_endian::{U16, U32};
 use zerocopy::IntoBytes;

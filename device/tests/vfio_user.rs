@@ -253,16 +253,6 @@ fn a_descriptor_on_a_message_that_takes_none_is_refused() {
     in_sync(&mut g);
 }
 
-/// The server closed the connection: a read sees the end of the stream.
-fn closed(g: &Guest) -> bool {
-    let mut stream = g.client.stream();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut byte = [0u8; 1];
-    matches!((&mut stream).read(&mut byte), Ok(0) | Err(_))
-}
-
 #[test]
 fn more_descriptors_than_announced_are_refused_and_the_stream_stays_in_sync() {
     let m = Machine::start(2);

@@ -24,7 +24,7 @@ use ism_emu::ism::MoveAddress;
 use ism_emu::observer::EventSink;
 use ism_emu::pci::{Bar, Region};
 use ism_emu::testkit::GuestRam;
-use ism_emu::server::vfio_user::Device;
+use ism_emu::backend::Device;
 use vfio_user::{DmaMapFlags, DmaUnmapFlags};
 
 pub mod seeds;

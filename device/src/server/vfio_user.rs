@@ -28,6 +28,8 @@ use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 use zerocopy::little_endian::U32;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
+use crate::backend::{Device, Refused};
+
 use super::wire::{self, command as cmd, Header, HEADER_LEN, REGION_ACCESS_LEN};
 
 /// The most data one region access may carry: a PCISTB block. Announced to the client as
@@ -44,31 +46,6 @@ const EINVAL: i32 = Errno::EINVAL as i32;
 const E2BIG: i32 = Errno::E2BIG as i32;
 const ENOTSUP: i32 = Errno::ENOTSUP as i32;
 const ENOSYS: i32 = Errno::ENOSYS as i32;
-const EIO: i32 = Errno::EIO as i32;
-
-/// Why the device refused a request: the error reply's errno.
-#[derive(Debug, thiserror::Error)]
-pub enum Refused {
-    /// The request makes no sense for this device (a bad region, offset or length).
-    #[error("{0}")]
-    Invalid(String),
-    /// The device could not do it: for a data move, the store did not happen.
-    #[error("{0}")]
-    Failed(String),
-    /// A feature the device does not offer.
-    #[error("{0}")]
-    Unsupported(String),
-}
-
-impl Refused {
-    pub fn errno(&self) -> i32 {
-        match self {
-            Refused::Invalid(_) => EINVAL,
-            Refused::Failed(_) => EIO,
-            Refused::Unsupported(_) => ENOTSUP,
-        }
-    }
-}
 
 /// What ends a connection: the stream itself failed, or lost its framing.
 #[derive(Debug, thiserror::Error)]
@@ -83,38 +60,6 @@ pub enum ConnectionError {
     Truncated,
     #[error("message of {0} bytes is shorter than its header")]
     Undersized(u32),
-}
-
-/// The device behind one connection, as the message loop drives it.
-pub trait Device {
-    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Refused>;
-    /// `posted`: the client sent the write with the no-reply flag and will never learn
-    /// its result.
-    fn region_write(
-        &mut self,
-        region: u32,
-        offset: u64,
-        data: &[u8],
-        posted: bool,
-    ) -> Result<(), Refused>;
-    fn dma_map(
-        &mut self,
-        flags: DmaMapFlags,
-        file_offset: u64,
-        iova: u64,
-        size: u64,
-        fd: Option<File>,
-    ) -> Result<(), Refused>;
-    fn dma_unmap(&mut self, flags: DmaUnmapFlags, iova: u64, size: u64) -> Result<(), Refused>;
-    fn reset(&mut self) -> Result<(), Refused>;
-    fn set_irqs(
-        &mut self,
-        index: u32,
-        flags: u32,
-        start: u32,
-        count: u32,
-        fds: Vec<File>,
-    ) -> Result<(), Refused>;
 }
 
 /// What the device tells about itself: its regions and interrupt indexes, fixed.
