@@ -14,8 +14,8 @@
 //! - a short header, a fixed body shorter than its command needs, a region access whose
 //!   count disagrees with the message size: an error reply (EINVAL), never a read past the
 //!   message;
-//! - only an I/O error, an end of stream inside a message, or file descriptors beyond the
-//!   one a message may carry end the connection.
+//! - only an I/O error, an end of stream inside a message, a size below the header's, or
+//!   descriptors the kernel had to truncate end the connection.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
