@@ -31,9 +31,6 @@ pub enum Refused {
     /// The device could not do it: for a data move, the store did not happen.
     #[error("{0}")]
     Failed(String),
-    /// A feature the device does not offer.
-    #[error("{0}")]
-    Unsupported(String),
 }
 
 impl Refused {
@@ -41,7 +38,6 @@ impl Refused {
         match self {
             Refused::Invalid(_) => Errno::EINVAL as i32,
             Refused::Failed(_) => Errno::EIO as i32,
-            Refused::Unsupported(_) => Errno::ENOTSUP as i32,
         }
     }
 }

@@ -226,15 +226,6 @@ fn device_reset_drops_dmbs_and_notifies_the_peer() {
     );
 }
 
-/// No stray reply (to a posted write) is waiting in the stream.
-fn next_reply_is_the_next_commands(g: &mut Guest) {
-    assert_eq!(
-        g.read_gid(),
-        default_gid(CHID, 0),
-        "a stray reply in the stream"
-    );
-}
-
 #[test]
 fn posted_moves_get_no_reply_and_keep_the_stream_in_sync() {
     let m = Machine::start(2);

@@ -20,14 +20,6 @@ const E2BIG: u32 = 7;
 const ENOSYS: u32 = 38;
 const EIO: u32 = 5;
 
-/// A CDC message as SMC-D's sender writes it at DMB offset 0.
-fn cdc(seq: u8) -> Vec<u8> {
-    let mut c = vec![0u8; 32];
-    c[0] = 0xfe;
-    c[13] = seq;
-    c
-}
-
 fn header(command: u16, body_len: usize, flag_bits: u32, id: u16) -> msg::Header {
     msg::Header {
         id: id.into(),
@@ -36,15 +28,6 @@ fn header(command: u16, body_len: usize, flag_bits: u32, id: u16) -> msg::Header
         flags: flag_bits.into(),
         error: 0.into(),
     }
-}
-
-/// The next reply on the stream is to READ_GID: nothing stray came before it.
-fn in_sync(g: &mut Guest) {
-    assert_eq!(
-        g.read_gid(),
-        default_gid(CHID, 0),
-        "a stray reply in the stream"
-    );
 }
 
 #[test]
@@ -67,8 +50,8 @@ fn a_waited_move_that_fails_gets_an_error_and_the_next_signal_lands_and_interrup
     assert_eq!(b.interrupts(), 0, "a failed move interrupted");
     // Nothing is held: the next valid signalling move lands, sets the SBA bit and raises
     // the interrupt.
-    assert!(a.move_data(dmb.token, 0, &cdc(1), true).is_ok());
-    assert_eq!(b.dmb_bytes(&dmb, 0, 32), cdc(1));
+    assert!(a.move_data(dmb.token, 0, &cdc(0), true).is_ok());
+    assert_eq!(b.dmb_bytes(&dmb, 0, 32), cdc(0));
     assert!(b.sba_signalled(dmb.sba_idx));
     assert_eq!(b.interrupts(), 1);
     let c = &m.fabric.function_views()[0].counters;
@@ -81,19 +64,22 @@ fn the_same_move_posted_gets_no_reply_and_its_failure_is_held() {
     let mut a = m.guest(0);
     let mut b = m.guest(1);
     let dmb = b.reg_dmb(16384, default_gid(CHID, 0));
-    assert!(a.move_data(dmb.token, 0, &cdc(1), true).is_ok());
+    assert!(a.move_data(dmb.token, 0, &cdc(0), true).is_ok());
     assert_eq!(b.interrupts(), 1);
     a.post_move(dmb.token, false, 16380, b"overrun");
-    in_sync(&mut a);
+    next_reply_is_the_next_commands(&mut a);
     // Held (docs/device.md, "Posted moves"): every signalling move of this sender into
     // the DMB fails and lands nothing, until the owner resets the DMB's CDC slot.
     for _ in 0..2 {
-        assert_eq!(a.store_move(dmb.token, 0, true, 0, &cdc(2)), Err(EIO));
-        assert_eq!(b.dmb_bytes(&dmb, 0, 32), cdc(1));
+        assert_eq!(
+            a.store_move(dmb.token, 0, true, 0, &cdc(CDC_CLOSED)),
+            Err(EIO)
+        );
+        assert_eq!(b.dmb_bytes(&dmb, 0, 32), cdc(0));
     }
     assert_eq!(b.interrupts(), 0);
     b.ram.write(dmb.ram_offset, &[0u8; 32]).unwrap();
-    assert!(a.move_data(dmb.token, 0, &cdc(3), true).is_ok());
+    assert!(a.move_data(dmb.token, 0, &cdc(0), true).is_ok());
     assert_eq!(b.interrupts(), 1);
     let c = &m.fabric.function_views()[0].counters;
     assert_eq!(c.moves_held, 1);
@@ -137,7 +123,7 @@ fn no_reply_messages_get_no_reply_whatever_their_outcome() {
     ] {
         g.client.send(command, &body, &[], flags::NO_REPLY).unwrap();
     }
-    in_sync(&mut g);
+    next_reply_is_the_next_commands(&mut g);
 }
 
 #[test]
@@ -187,7 +173,7 @@ fn malformed_messages_get_an_error_reply_and_the_stream_stays_in_sync() {
             body.len()
         );
     }
-    in_sync(&mut g);
+    next_reply_is_the_next_commands(&mut g);
 }
 
 #[test]
@@ -205,7 +191,7 @@ fn an_oversized_message_is_drained_and_refused() {
         g.client.call(cmd::REGION_WRITE, &payload, &[]).unwrap(),
         Err(E2BIG)
     );
-    in_sync(&mut g);
+    next_reply_is_the_next_commands(&mut g);
 }
 
 #[test]
@@ -226,7 +212,7 @@ fn a_header_that_arrives_in_pieces_is_read_whole() {
     let reply = g.client.recv_reply(4242).unwrap().unwrap();
     // The vendor and device IDs, little-endian as config space is.
     assert_eq!(reply[16..20], [0x14, 0x10, 0xed, 0x04]);
-    in_sync(&mut g);
+    next_reply_is_the_next_commands(&mut g);
 }
 
 #[test]
@@ -237,7 +223,7 @@ fn a_reply_from_the_client_is_ignored() {
     g.client
         .send_raw(&[h.as_bytes(), &[0u8; 8]].concat())
         .unwrap();
-    in_sync(&mut g);
+    next_reply_is_the_next_commands(&mut g);
 }
 
 #[test]
@@ -250,7 +236,7 @@ fn a_descriptor_on_a_message_that_takes_none_is_refused() {
         .call(cmd::DEVICE_RESET, &[], &[efd.as_raw_fd()])
         .unwrap();
     assert_eq!(reply, Err(EINVAL));
-    in_sync(&mut g);
+    next_reply_is_the_next_commands(&mut g);
 }
 
 #[test]
@@ -274,7 +260,7 @@ fn more_descriptors_than_announced_are_refused_and_the_stream_stays_in_sync() {
         )
         .unwrap();
     assert_eq!(reply, Err(EINVAL));
-    in_sync(&mut a);
+    next_reply_is_the_next_commands(&mut a);
 }
 
 #[test]
@@ -293,7 +279,7 @@ fn a_size_shorter_than_the_header_ends_the_connection() {
     assert!(matches!((&mut stream).read_to_end(&mut rest), Ok(0)));
     // The socket serves the next client.
     let mut next = m.guest(0);
-    in_sync(&mut next);
+    next_reply_is_the_next_commands(&mut next);
 }
 
 #[test]

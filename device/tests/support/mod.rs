@@ -326,6 +326,16 @@ pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// Function 0's next reply on the stream is to READ_GID: no stray reply (to a posted
+/// write, or an error to a no-reply message) came before it.
+pub fn next_reply_is_the_next_commands(g: &mut Guest) {
+    assert_eq!(
+        g.read_gid(),
+        default_gid(CHID, 0),
+        "a stray reply in the stream"
+    );
+}
+
 /// The CDC message's conn_state flag that closes a connection.
 pub const CDC_CLOSED: u8 = 0x40;
 
