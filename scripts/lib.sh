@@ -25,9 +25,47 @@ SHARED_MIRROR="${SHARED_MIRROR:-$REPO_ROOT/../shared/mirror/debian}"
 # What package installs and downloads print goes here, not to the console.
 SETUP_LOG="${SETUP_LOG:-$BUILD_DIR/logs/setup.log}"
 
-step() { printf '==> [%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# The clock is UTC, as in the emulator's log, marked Z: [21:04:05Z].
+step() { printf '==> [%s] %s\n' "$(date -u +%H:%M:%SZ)" "$*" >&2; }
 warn() { printf 'warning: %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Command lines. Every script a user calls answers -h/--help with its usage on stdout
+# (exit 0) and refuses a wrong invocation with exit 2 before it does anything.
+# script_usage [FILE]: FILE's header comment (default: the running script), from its
+# second line to the first line that is not a comment, without the leading '# '.
+script_usage() {
+    awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${1:-$0}"
+}
+# usage_error MESSAGE: the message and where the usage is, on stderr; exit 2.
+usage_error() {
+    printf 'error: %s (usage: %s --help)\n' "$*" "${0#"$REPO_ROOT"/}" >&2
+    exit 2
+}
+# help_and_no_options "$@": for scripts whose arguments are names, not options:
+# -h/--help prints the usage and exits 0, any other word that starts with '-' is a
+# usage error.
+help_and_no_options() {
+    local a
+    for a in "$@"; do
+        case "$a" in
+            -h|--help) script_usage; exit 0 ;;
+            -*) usage_error "unknown option $a" ;;
+        esac
+    done
+}
+# no_arguments "$@": for scripts that take no arguments (their settings come from the
+# environment): --help as above, anything else a usage error.
+no_arguments() {
+    help_and_no_options "$@"
+    [ $# -eq 0 ] || usage_error "no arguments expected, got: $*"
+}
+# one_of WHAT WORD ALLOWED...: a usage error unless WORD is one of ALLOWED.
+one_of() {
+    local what="$1" word="$2" a; shift 2
+    for a in "$@"; do [ "$word" = "$a" ] && return 0; done
+    usage_error "unknown $what '$word' (known: $*)"
+}
 
 # logged WHAT CMD...: runs CMD with its output appended to $SETUP_LOG. On failure the
 # last lines of that output are shown, and CMD's status is returned.
@@ -42,6 +80,21 @@ logged() {
         tail -n +"$((mark + 1))" "$SETUP_LOG" | tail -n 25 | sed 's/^/  | /' >&2
     fi
     return "$rc"
+}
+
+# build_emulator: target/release/ism-emu (make emulator). When its sources changed, says
+# so and shows cargo's progress; when nothing changed, cargo runs quietly (its errors
+# and warnings still show, only the "Finished" line goes).
+build_emulator() {
+    local bin="$REPO_ROOT/target/release/ism-emu" newer=""
+    [ -x "$bin" ] && newer="$(find "$REPO_ROOT/device/src" "$REPO_ROOT/device/Cargo.toml" \
+        "$REPO_ROOT/Cargo.toml" "$REPO_ROOT/Cargo.lock" -newer "$bin" -type f -print -quit)"
+    if [ -x "$bin" ] && [ -z "$newer" ]; then
+        (cd "$REPO_ROOT" && cargo build --release --locked --quiet)
+    else
+        step "building the emulator: cargo build --release"
+        (cd "$REPO_ROOT" && cargo build --release --locked)
+    fi
 }
 
 # input_hash FILE|DIR|STRING... -> 16 hex digits over the contents of files (sorted walk of
