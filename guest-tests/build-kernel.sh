@@ -37,6 +37,8 @@
 # (shared by the variants of one line: switching variant reverts/applies the patches in
 # place, so only the patched files are recompiled). They are never part of a result.
 source "$(dirname "$0")/../scripts/lib.sh"
+no_arguments "$@"
+check_kernel_selection
 
 if [ "$KERNEL" = custom ]; then
     exec "$REPO_ROOT/guest-tests/build-kernel-tree.sh"
@@ -49,14 +51,9 @@ case "$KERNEL" in
     6.1)  SUITE=bookworm; PKG=linux-source-6.1;  PKGVER=6.1.176-1 ;;
     6.12) SUITE=trixie;   PKG=linux-source-6.12; PKGVER=6.12.117-1 ;;
     7.2)  SUITE=sid;      PKG=linux-source-7.2;  PKGVER=7.2.13-1 ;;
-    *) die "KERNEL=$KERNEL is not a supported kernel line (known: 5.10, 6.1, 6.12, 7.2; or KERNEL_SRC=DIR for your own tree)" ;;
+    *) die "no Debian package named for KERNEL=$KERNEL in $0" ;;
 esac
 # ---------------------------------------------------------------------------------------
-
-case "$VARIANT" in
-    stock|prezero|nozero) ;;
-    *) die "VARIANT=$VARIANT is unknown (stock, prezero or nozero)" ;;
-esac
 
 source "$REPO_ROOT/guest-tests/kernel-build.sh"
 KDIR="$REPO_ROOT/guest-tests/kernel"

@@ -12,6 +12,21 @@ DEFAULT_KERNEL="${DEFAULT_KERNEL:-6.12}"
 KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # Guest kernel variant: stock (unmodified), prezero or nozero (negative controls).
 VARIANT="${VARIANT:-stock}"
+VARIANTS="stock prezero nozero"
+
+# check_kernel_selection: dies (scripts/lib.sh's die) unless KERNEL and VARIANT name
+# something the project builds. The one wording of that error, for the build and for
+# every script that would look for the build's artefacts.
+check_kernel_selection() {
+    case " $KERNEL_LINES custom " in
+        *" $KERNEL "*) ;;
+        *) die "KERNEL=$KERNEL is not a supported kernel line (known: ${KERNEL_LINES// /, }; or KERNEL_SRC=DIR for your own tree)" ;;
+    esac
+    case " $VARIANTS " in
+        *" $VARIANT "*) ;;
+        *) die "VARIANT=$VARIANT is unknown (${VARIANTS// /, })" ;;
+    esac
+}
 # The CHID every emulated ISM function reports (one emulator process = one machine).
 CHID="${CHID:-0x1234}"
 
