@@ -36,10 +36,17 @@
 #   --pidfile PATH        QEMU writes its pid there (PIDFILE), e.g. to kill the guest hard
 #   --dry-run             print the command line and exit
 #
-# Exit status: 0 when QEMU exited normally (the guest powered off or rebooted, which
-# ends QEMU because of -no-reboot); 124 on timeout; QEMU's status otherwise (1 on a
-# guest kernel panic or a QEMU error). On failure the last 30 console lines and QEMU's
-# messages are printed to stderr.
+# Exit status:
+#   0    QEMU exited normally (the guest powered off or rebooted, which ends QEMU
+#        because of -no-reboot) and the guest's /init reported no failure
+#   2    a usage error: nothing was started
+#   3    QEMU exited normally, but the guest's /init reported that its program failed
+#        (ISMTEST: RESULT FAIL on the console; guest-tests/init/init)
+#   124  the timeout ended QEMU
+#   other  QEMU's status (1 on a guest kernel panic or a QEMU error; also 1 when the
+#        QEMU binary, the kernel or the initramfs is missing)
+# A line after QEMU's end says how the guest ended (with /init's RESULT line); on
+# failure the last 30 console lines and QEMU's messages follow on stderr.
 #
 # Examples:
 #   qemu-configs/run-guest.sh -k bzImage -i initrd.cpio.gz --ism /run/ism/a.sock --echo
@@ -49,6 +56,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 ARGS_FILE="$REPO_ROOT/qemu-configs/guest.args"
 QEMU="${QEMU:-$BUILD_DIR/qemu/bin/qemu-system-s390x}"
+# Given from the environment or options, or else the built ones of KERNEL/VARIANT (then
+# those are checked).
+kernel_given="${GUEST_KERNEL:+1}" initrd_given="${GUEST_INITRD:+1}"
 GUEST_KERNEL="${GUEST_KERNEL:-$(guest_kernel)}"
 GUEST_INITRD="${GUEST_INITRD:-$(guest_initrd)}"
 GUEST_APPEND="${GUEST_APPEND:-console=ttysclp0}"
@@ -69,13 +79,12 @@ PIDFILE="${PIDFILE:-}"
 DRY_RUN=0
 extra=()
 
-usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" | sed '/^source /,$d' >&2; exit "${1:-2}"; }
-need_arg() { [ $# -ge 2 ] || die "option $1 needs an argument"; }
+need_arg() { [ $# -ge 2 ] || usage_error "option $1 needs an argument"; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
-        -k|--kernel) need_arg "$@"; GUEST_KERNEL="$2"; shift 2 ;;
-        -i|--initrd) need_arg "$@"; GUEST_INITRD="$2"; shift 2 ;;
+        -k|--kernel) need_arg "$@"; GUEST_KERNEL="$2"; kernel_given=1; shift 2 ;;
+        -i|--initrd) need_arg "$@"; GUEST_INITRD="$2"; initrd_given=1; shift 2 ;;
         -a|--append) need_arg "$@"; GUEST_APPEND="$2"; shift 2 ;;
         --ism) need_arg "$@"; ism_socks+=("$2"); shift 2 ;;
         --chid) need_arg "$@"; CHID="$2"; shift 2 ;;
@@ -93,38 +102,40 @@ while [ $# -gt 0 ]; do
         --qemu) need_arg "$@"; QEMU="$2"; shift 2 ;;
         --pidfile) need_arg "$@"; PIDFILE="$2"; shift 2 ;;
         --dry-run) DRY_RUN=1; shift ;;
-        -h|--help) usage 0 ;;
+        -h|--help) script_usage "${BASH_SOURCE[0]}"; exit 0 ;;
         --) shift; extra=("$@"); break ;;
-        *) warn "unknown option: $1"; usage ;;
+        *) usage_error "unknown option: $1" ;;
     esac
 done
 
 # --- check the inputs
-[[ "$NAME" =~ ^[A-Za-z0-9._-]+$ ]] || die "--name must be letters, digits, . _ -"
-[[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
-[ -x "$QEMU" ] || die "no QEMU at $QEMU: run qemu-configs/build-qemu.sh (make qemu) first"
-[ -f "$GUEST_KERNEL" ] || die "no guest kernel at $GUEST_KERNEL: run 'make images' (KERNEL=$KERNEL VARIANT=$VARIANT), or give --kernel PATH"
-[ "$GUEST_INITRD" != none ] || GUEST_INITRD=""
-[ -z "$GUEST_INITRD" ] || [ -f "$GUEST_INITRD" ] \
-    || die "no initramfs at $GUEST_INITRD: run 'make images' (KERNEL=$KERNEL VARIANT=$VARIANT), or give --initrd PATH (or none)"
-[[ "$CHID" =~ ^(0[xX][0-9a-fA-F]{1,4}|[0-9]{1,5})$ ]] || die "--chid $CHID is not a 16-bit number"
+[[ "$NAME" =~ ^[A-Za-z0-9._-]+$ ]] || usage_error "--name must be letters, digits, . _ -"
+[[ "$TIMEOUT" =~ ^[0-9]+$ ]] || usage_error "--timeout must be a number of seconds"
+[[ "$CHID" =~ ^(0[xX][0-9a-fA-F]{1,4}|[0-9]{1,5})$ ]] || usage_error "--chid $CHID is not a 16-bit number"
 if [[ "$CHID" == 0[xX]* ]]; then chid_val=$((CHID)); else chid_val=$((10#$CHID)); fi
 { [ "$chid_val" -gt 0 ] && [ "$chid_val" -lt $((0xFF00)) ]; } \
-    || die "--chid $CHID: an ISM CHID must be nonzero and below 0xFF00"
+    || usage_error "--chid $CHID: an ISM CHID must be nonzero and below 0xFF00"
 CHID="$(printf '0x%04x' "$chid_val")"
-case "$NET_SERVER" in on|off) ;; *) die "--net-server must be on or off" ;; esac
-case "$X_ISM_POST" in on|off) ;; *) die "--x-ism-post must be on or off" ;; esac
-[[ "$MEM" =~ ^[0-9]+[KMGT]?$ ]] || die "--mem must be a size like 1G or 512M"
-[[ "$SMP" =~ ^[1-9][0-9]*$ ]] || die "--smp must be a positive number"
-[[ "$SOCKET_WAIT" =~ ^[0-9]+$ ]] || die "--socket-wait must be a number of seconds"
-[ -z "$MAC" ] || [[ "$MAC" =~ ^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$ ]] || die "--mac $MAC is not a MAC address"
+case "$NET_SERVER" in on|off) ;; *) usage_error "--net-server must be on or off" ;; esac
+case "$X_ISM_POST" in on|off) ;; *) usage_error "--x-ism-post must be on or off" ;; esac
+[[ "$MEM" =~ ^[0-9]+[KMGT]?$ ]] || usage_error "--mem must be a size like 1G or 512M"
+[[ "$SMP" =~ ^[1-9][0-9]*$ ]] || usage_error "--smp must be a positive number"
+[[ "$SOCKET_WAIT" =~ ^[0-9]+$ ]] || usage_error "--socket-wait must be a number of seconds"
+[ -z "$MAC" ] || [[ "$MAC" =~ ^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$ ]] || usage_error "--mac $MAC is not a MAC address"
 [ -n "$MAC" ] || { [ "$NET_SERVER" = on ] && MAC=52:54:00:00:00:01 || MAC=52:54:00:00:00:02; }
-[ ${#ism_socks[@]} -le 200 ] || die "too many ISM functions"
+[ ${#ism_socks[@]} -le 200 ] || usage_error "too many ISM functions"
 [ -n "$CONSOLE_LOG" ] || CONSOLE_LOG="$BUILD_DIR/logs/$NAME.console.log"
 QEMU_LOG="${CONSOLE_LOG%.console.log}"; QEMU_LOG="${QEMU_LOG%.log}.qemu.log"
 for s in "${ism_socks[@]}" "$NET_SOCK" "$CONSOLE_LOG"; do
     case "$s" in *'"'*|*\\*|*,*) die "path must not contain '\"', '\\' or ',' (QEMU option syntax): $s" ;; esac
 done
+# What must exist (checked after the arguments: a usage error wins).
+[ "$kernel_given$initrd_given" = 11 ] || check_kernel_selection
+[ -x "$QEMU" ] || die "no QEMU at $QEMU: run qemu-configs/build-qemu.sh (make qemu) first"
+[ -f "$GUEST_KERNEL" ] || die "no guest kernel at $GUEST_KERNEL: run 'make images KERNEL=$KERNEL VARIANT=$VARIANT', or give --kernel PATH"
+[ "$GUEST_INITRD" != none ] || GUEST_INITRD=""
+[ -z "$GUEST_INITRD" ] || [ -f "$GUEST_INITRD" ] \
+    || die "no initramfs at $GUEST_INITRD: run 'make images KERNEL=$KERNEL VARIANT=$VARIANT', or give --initrd PATH (or none)"
 mkdir -p "$(dirname "$CONSOLE_LOG")" "$(dirname "$QEMU_LOG")"
 
 # --- fill in the template
@@ -194,8 +205,8 @@ for s in "${ism_socks[@]}"; do
     wait_for_socket "$s" "$SOCKET_WAIT" || die "no vfio-user socket at $s after ${SOCKET_WAIT}s: is ism-emu serving it?"
 done
 
-step "guest $NAME: kernel $GUEST_KERNEL, initramfs ${GUEST_INITRD:-none}"
-step "starting guest $NAME (timeout ${TIMEOUT}s, ${#ism_socks[@]} ISM function(s)${NET_SOCK:+, NIC server=$NET_SERVER}); console: $CONSOLE_LOG"
+step "$NAME: kernel $GUEST_KERNEL, initramfs ${GUEST_INITRD:-none}"
+step "$NAME: starting the guest (timeout ${TIMEOUT}s, ${#ism_socks[@]} ISM function(s)${NET_SOCK:+, NIC server=$NET_SERVER}); console: $CONSOLE_LOG"
 : >"$CONSOLE_LOG"
 start=$SECONDS
 set +e
@@ -206,14 +217,24 @@ rc=$?
 set -e
 wait 2>/dev/null || true   # let tee finish
 
+# The guest's own verdict: /init's last RESULT line (none when another init ran).
+result="$(grep -a -E '^ISMTEST: RESULT ' "$CONSOLE_LOG" 2>/dev/null | tail -n 1 | tr -d '\r')" || true
 if [ "$rc" -eq 0 ]; then
-    step "guest $NAME: QEMU exited normally after $((SECONDS - start))s"
-    exit 0
-fi
-if [ "$rc" -eq 124 ]; then
-    warn "guest $NAME: timed out after ${TIMEOUT}s; QEMU killed"
+    case "$result" in
+        *'RESULT FAIL'*)
+            warn "$NAME: the guest's program failed ($result); QEMU exited normally after $((SECONDS - start))s"
+            rc=3 ;;
+        *'RESULT PASS'*)
+            step "$NAME: the guest's program passed ($result); QEMU exited normally after $((SECONDS - start))s"
+            exit 0 ;;
+        *)
+            step "$NAME: QEMU exited normally after $((SECONDS - start))s (no ISMTEST: RESULT line on the console)"
+            exit 0 ;;
+    esac
+elif [ "$rc" -eq 124 ]; then
+    warn "$NAME: timed out after ${TIMEOUT}s; QEMU killed"
 else
-    warn "guest $NAME: QEMU exited with status $rc after $((SECONDS - start))s"
+    warn "$NAME: QEMU exited with status $rc after $((SECONDS - start))s${result:+ ($result)}"
 fi
 {
     echo "--- last 30 lines of $CONSOLE_LOG:"

@@ -40,6 +40,7 @@ topo_cleanup() {
 
 check_artefacts() {
     local f
+    check_kernel_selection
     for f in "$EMU_BIN" "$BUILD_DIR/qemu/bin/qemu-system-s390x" "$(guest_kernel)" "$(guest_initrd)"; do
         [ -e "$f" ] || die "missing $f: run 'make images emulator' (KERNEL=$KERNEL VARIANT=$VARIANT) first"
     done
@@ -134,7 +135,8 @@ guest_wait() {
     wait "${!var}" || rc=$?
     local log="$RUN_DIR/$name.console.log" summary
     summary="$(grep -E '^SUMMARY ' "$log" 2>/dev/null | cut -c1-300)" || true
-    if [ "$rc" -ne 0 ]; then
+    # 3: QEMU ended normally and /init reported RESULT FAIL (run-guest.sh): checked below.
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
         warn "guest $name: QEMU ended with status $rc; last console lines:"
         tail -n 40 "$log" >&2 || true
         cat "$RUN_DIR/$name.run.log" >&2 || true
