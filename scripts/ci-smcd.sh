@@ -22,25 +22,30 @@
 # passed, 1 if any failed, 2 on a usage or build error.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0" | sed '/^$/q' >&2; exit 2; }
 ksrc="" kconfig="" kimage="" kmods="" topologies="two self crash" tests="echo stream seq concurrent"
 out="$BUILD_DIR/ci-smcd" build_only=0
+need_arg() { [ $# -ge 2 ] && [ -n "$2" ] || usage_error "option $1 needs a value"; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --kernel-src) ksrc="${2:?}"; shift 2 ;;
-        --kernel-config) kconfig="${2:?}"; shift 2 ;;
-        --kernel-image) kimage="${2:?}"; shift 2 ;;
-        --modules-dir) kmods="${2:?}"; shift 2 ;;
-        --topologies) topologies="${2:?}"; shift 2 ;;
-        --tests) tests="${2:?}"; shift 2 ;;
-        --out) out="${2:?}"; shift 2 ;;
+        --kernel-src) need_arg "$@"; ksrc="$2"; shift 2 ;;
+        --kernel-config) need_arg "$@"; kconfig="$2"; shift 2 ;;
+        --kernel-image) need_arg "$@"; kimage="$2"; shift 2 ;;
+        --modules-dir) need_arg "$@"; kmods="$2"; shift 2 ;;
+        --topologies) need_arg "$@"; topologies="$2"; shift 2 ;;
+        --tests) need_arg "$@"; tests="$2"; shift 2 ;;
+        --out) need_arg "$@"; out="$2"; shift 2 ;;
         --build-only) build_only=1; shift ;;
-        -h|--help) usage ;;
-        *) warn "unknown option $1"; usage ;;
+        -h|--help) script_usage; exit 0 ;;
+        *) usage_error "unknown option $1" ;;
     esac
 done
-[ -n "$ksrc" ] || [ -n "$kimage" ] || { warn "give --kernel-src DIR or --kernel-image FILE --modules-dir DIR"; usage; }
-[ -n "$ksrc" ] && [ -n "$kimage" ] && { warn "--kernel-src and --kernel-image exclude each other"; usage; }
+[ -n "$ksrc" ] || [ -n "$kimage" ] || usage_error "give --kernel-src DIR or --kernel-image FILE --modules-dir DIR"
+[ -z "$ksrc" ] || [ -z "$kimage" ] || usage_error "--kernel-src and --kernel-image exclude each other"
+[ -z "$kimage" ] || [ -n "$kmods" ] || usage_error "--kernel-image needs --modules-dir"
+[ -z "$ksrc" ] || [ -d "$ksrc" ] || usage_error "--kernel-src $ksrc: no such directory"
+# shellcheck disable=SC2086
+for t in $topologies; do one_of topology "$t" two self crash; done
+[ -n "${topologies// /}" ] || usage_error "--topologies names none"
 
 export KERNEL=custom VARIANT=stock KERNEL_SRC="$ksrc" KERNEL_CONFIG="$kconfig" \
     KERNEL_IMAGE="$kimage" MODULES_DIR="$kmods"
