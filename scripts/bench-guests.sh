@@ -19,17 +19,17 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
+help_and_no_options "$@"
+modes=("$@")
+[ ${#modes[@]} -gt 0 ] || modes=(waited posted)
+for m in "${modes[@]}"; do one_of mode "$m" waited posted; done
+check_kernel_selection
 need_packages guests   # python3
 BENCH_DIR="${BENCH_DIR:-$BUILD_DIR/bench-guests}"
 BENCH_BYTES="${BENCH_BYTES:-64M}"
 BENCH_ROUNDS="${BENCH_ROUNDS:-2000}"
 BENCH_REPEAT="${BENCH_REPEAT:-5}"
 export GUEST_SMP="${GUEST_SMP:-1}"
-modes=("$@")
-[ ${#modes[@]} -gt 0 ] || modes=(waited posted)
-for m in "${modes[@]}"; do
-    case "$m" in waited|posted) ;; *) die "unknown mode '$m' (waited or posted)" ;; esac
-done
 check_artefacts
 mkdir -p "$BENCH_DIR"
 

@@ -23,12 +23,15 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
-need_packages guests   # python3: wait_stream.py, record_check, results.py
-FAULTS_DIR="${FAULTS_DIR:-$BUILD_DIR/faults}"
-GUEST_TIMEOUT="${GUEST_TIMEOUT:-300}"
+help_and_no_options "$@"
 ALL_SCENARIOS=(reg-dmb move-reject gid-disabled irq-drop irq-stall slow)
 scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=("${ALL_SCENARIOS[@]}")
+for s in "${scenarios[@]}"; do one_of scenario "$s" "${ALL_SCENARIOS[@]}"; done
+check_kernel_selection
+need_packages guests   # python3: wait_stream.py, record_check, results.py
+FAULTS_DIR="${FAULTS_DIR:-$BUILD_DIR/faults}"
+GUEST_TIMEOUT="${GUEST_TIMEOUT:-300}"
 # A connection the host broke must end within this many seconds of the fault; the guests'
 # I/O timeout is 60 s, so an end that only came from the timeout fails this.
 ABORT_LIMIT="${ABORT_LIMIT:-30}"

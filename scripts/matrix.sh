@@ -14,21 +14,23 @@
 # Needs `make images-all emulator`. Exit status 1 if any line failed.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-need_packages guests   # python3: check_e2e.py, matrix_table.py
-MATRIX_DIR="${MATRIX_DIR:-$BUILD_DIR/matrix}"
-export TESTS="${TESTS:-seq}"
 lines=("$@")
 if [ "${lines[*]}" = --others ]; then
     lines=()
     for k in $KERNEL_LINES; do [ "$k" = "$KERNEL" ] || lines+=("$k"); done
-elif [ ${#lines[@]} -eq 0 ]; then
-    read -r -a lines <<<"$KERNEL_LINES"
+else
+    help_and_no_options "$@"
+    [ ${#lines[@]} -gt 0 ] || read -r -a lines <<<"$KERNEL_LINES"
+    # shellcheck disable=SC2086
+    for k in "${lines[@]}"; do one_of "kernel line" "$k" $KERNEL_LINES; done
 fi
+need_packages guests   # python3: check_e2e.py, matrix_table.py
+MATRIX_DIR="${MATRIX_DIR:-$BUILD_DIR/matrix}"
+export TESTS="${TESTS:-seq}"
 
 mkdir -p "$MATRIX_DIR"
 results=()
 for k in "${lines[@]}"; do
-    case " $KERNEL_LINES " in *" $k "*) ;; *) die "unknown kernel line $k (known: $KERNEL_LINES)" ;; esac
     step "matrix: kernel line $k, two guests, tests: $TESTS"
     rm -f "$MATRIX_DIR/two-$k/result.json"
     # One e2e run per line, in its own process (it installs its own EXIT trap).

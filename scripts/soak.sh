@@ -33,6 +33,11 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
+help_and_no_options "$@"
+scenarios=("$@")
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(kill-return many emu-death)
+for sc in "${scenarios[@]}"; do one_of scenario "$sc" kill-return many emu-death; done
+check_kernel_selection
 need_packages guests   # python3: wait_stream.py
 SOAK_DIR="${SOAK_DIR:-$BUILD_DIR/soak}"
 SOAK_ROUNDS="${SOAK_ROUNDS:-100}"
@@ -49,8 +54,6 @@ GUEST_MEM="${GUEST_MEM:-384M}"
 # Two vCPUs: with one, and the guest kernel's PREEMPT_NONE, net/smc's receive path can
 # livelock after a failed ISM write (docs/soak.md); GUEST_SMP=1 reproduces it.
 GUEST_SMP="${GUEST_SMP:-2}"
-scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(kill-return many emu-death)
 [[ "$SOAK_ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "SOAK_ROUNDS must be a positive number"
 [[ "$SOAK_GUESTS" =~ ^[1-9][0-9]*$ ]] && [ $((SOAK_GUESTS % 2)) -eq 0 ] || die "SOAK_GUESTS must be an even number"
 
