@@ -13,6 +13,7 @@
 # Cheap to build, so not cached across versions: it is rebuilt whenever the hash of its
 # inputs (kernel result, busybox package, init, programs, this script) changes.
 source "$(dirname "$0")/../scripts/lib.sh"
+no_arguments "$@"
 
 INITRAMFS_MODULES="${INITRAMFS_MODULES:-ism smc smc_diag}"
 

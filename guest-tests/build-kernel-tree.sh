@@ -14,6 +14,7 @@
 #                  those built in) and published as they are.
 source "$(dirname "$0")/../scripts/lib.sh"
 source "$REPO_ROOT/guest-tests/kernel-build.sh"
+no_arguments "$@"
 
 [ "$VARIANT" = stock ] || die "VARIANT=$VARIANT applies to the Debian lines only; your own tree carries its own changes"
 [ -n "${KERNEL_SRC:-}" ] && [ -n "${KERNEL_IMAGE:-}" ] && die "set KERNEL_SRC (a tree to build) or KERNEL_IMAGE (a built kernel), not both"

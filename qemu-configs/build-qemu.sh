@@ -15,6 +15,7 @@
 # Environment: CACHE_DIR, BUILD_DIR, DEBIAN_MIRROR, SHARED_MIRROR (see scripts/lib.sh);
 #              JOBS (default 2).
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+no_arguments "$@"
 
 # The one place that names the QEMU version. It must be a Debian source package that
 # still has the vfio-user client (QEMU >= 10.1) and that the patches apply to.

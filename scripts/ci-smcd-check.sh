@@ -12,6 +12,7 @@
 # from its first build, and CI need not compile the line a second time.
 # Prints the times: first build, rebuild after the change, suite.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+no_arguments "$@"
 
 line="${CI_TREE_LINE:-5.10}"
 work="$BUILD_DIR/ci-smcd-check"

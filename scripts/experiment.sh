@@ -20,6 +20,7 @@
 # when every guest passed, every SMC connection was SMC-D and the results file is whole.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
+no_arguments "$@"
 
 need_packages experiment   # python3, python3-matplotlib
 EXP_DIR="${EXP_DIR:-$BUILD_DIR/experiment}"

@@ -17,6 +17,7 @@
 #   DEBIAN_MIRROR (see scripts/lib.sh).
 # Only HEAD is checked: uncommitted changes are not part of the clone.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+no_arguments "$@"
 
 FRESH_DIR="${FRESH_DIR:-$BUILD_DIR/fresh}"
 FRESH_COMMANDS="${FRESH_COMMANDS:-make demo;make test}"

@@ -22,10 +22,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 have_nightly() { rustup toolchain list 2>/dev/null | grep -q '^nightly'; }
 NO_NIGHTLY="no nightly toolchain in rustup (rustup toolchain list): run 'rustup toolchain install nightly'"
 if [ "${1:-}" = --can-run ]; then
+    [ $# -eq 1 ] || usage_error "--can-run takes nothing after it"
     have_nightly && exit 0
     echo "fuzz: $NO_NIGHTLY" >&2
     exit 1
 fi
+no_arguments "$@"
 
 CARGO_FUZZ_VERSION=0.13.2
 FUZZ_SECS="${FUZZ_SECS:-60}"

@@ -7,6 +7,7 @@
 #
 # Usage: scripts/readme-check.sh          (make readme-check; needs make images emulator)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+no_arguments "$@"
 
 README="${README:-$REPO_ROOT/README.md}"
 OUT_DIR="$BUILD_DIR/readme-check"

@@ -4,7 +4,10 @@
 # recorded: KTAP through the kernel's own parser (tools/testing/kunit/kunit.py parse, from
 # a kernel tree the kernel step unpacked), JUnit through junitparser (PyPI, in a venv in
 # the cache). So a CI system that reads either format sees the suite's real verdicts.
+#
+# Usage: scripts/results-check.sh    (make results-check; RESULTS_DIR: another folder)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+no_arguments "$@"
 
 need_packages results
 RESULTS_DIR="${RESULTS_DIR:-$BUILD_DIR/results}"

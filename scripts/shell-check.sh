@@ -3,7 +3,10 @@
 # waits for the guest's shell prompt, types an SMC-D echo test to the peer guest and
 # reads its answer off the screen, types `exit`, and checks that the guest powered off,
 # `make shell` ended and the host's observer saw the connection.
+#
+# Usage: scripts/shell-check.sh      (make shell-check; needs make images emulator)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+no_arguments "$@"
 
 need_packages shell-check
 SHELL_DIR="$BUILD_DIR/shell-check"

@@ -17,6 +17,7 @@
 # SHELL_DIR (default build/shell), KERNEL/VARIANT/KERNEL_SRC as for the other targets.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
+no_arguments "$@"
 
 SHELL_GUESTS="${SHELL_GUESTS:-2}"
 SHELL_TIMEOUT="${SHELL_TIMEOUT:-3600}"

@@ -35,6 +35,7 @@
 # (no virtio-9p-ccw, zpci or vfio-user-pci).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
+no_arguments "$@"
 
 # ---- The one place that names the virtme-ng version and the guest root's packages. -----
 VNG_VERSION=1.42

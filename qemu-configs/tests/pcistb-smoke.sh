@@ -24,6 +24,7 @@
 #        release matches that tree); $BUILD_DIR/initramfs-$KERNEL.cpio.gz for busybox. Prints one line per check and "N passed, M failed"; exits 1 on failures,
 #        2 when a prerequisite is missing.
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+no_arguments "$@"
 
 HERE="$REPO_ROOT/qemu-configs/tests"
 QEMU="${QEMU:-$BUILD_DIR/qemu/bin/qemu-system-s390x}"
