@@ -4,71 +4,86 @@
 #                show the host's view
 #   make test    unit + integration tests, the end-to-end suite, the matrix on the other lines
 #   make matrix  the two-guest suite on every kernel line (5.10, 6.1, 6.12, 7.2), one table
+#   make help    every target, one line each (the `## ` text on each target's line)
 #
 # Slow artefacts (QEMU, guest kernels) are cached under $(CACHE_DIR), keyed by their inputs.
 # Defaults (kernel line, variant, CHID) live in scripts/config.sh; the Debian packages
 # each step installs, in scripts/host-packages.
 
 SHELL := /bin/bash
+# Quiet by default: no recipe echo, no "Entering directory"; each step prints its own
+# progress line. `make V=1 ...` shows the commands.
+ifndef V
+.SILENT:
+endif
+MAKEFLAGS += --no-print-directory
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ism-emu
 BUILD_DIR ?= $(CURDIR)/build
 export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
-	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults lint clean
-all: images emulator
+	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults lint clean \
+	help install cli-check
+all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
+
+# Each target's `## ` text, one line per target, in the order of this file.
+help: ## this list
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2] [VARIANT=stock|prezero|nozero] [V=1]"
+	echo "Targets:"
+	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
+	echo "Variables and what each target does: README.md; defaults: scripts/config.sh."
 
 # Host packages for the Rust build (the image builders install their own).
-deps:
+deps: ## the host packages the Rust build needs
 	@source scripts/lib.sh && need_packages emulator
 
-images: qemu kernel initramfs
+images: qemu kernel initramfs ## QEMU and the selected line's kernel and initramfs
 
 # QEMU and the kernel + initramfs of every line in KERNEL_LINES (scripts/config.sh), one
 # line after the other (each unpacks its Debian source once into the cache and builds it
 # with nice make -j2; a warm line only publishes its cached result).
-images-all: qemu
+images-all: qemu ## QEMU and every kernel line's kernel and initramfs
 	source scripts/config.sh && for k in $$KERNEL_LINES; do \
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=stock || exit 1; \
 	done
 
-qemu:
+qemu: ## the patched QEMU (cached)
 	qemu-configs/build-qemu.sh
 
-kernel:
+kernel: ## the guest kernel of KERNEL/VARIANT, or KERNEL_SRC (cached)
 	guest-tests/build-kernel.sh
 
-initramfs: kernel
+initramfs: kernel ## the guest initramfs: /init, the modules, the test programs
 	guest-tests/build-initramfs.sh
 
-emulator: deps
-	cargo build --release --locked
+emulator: deps ## target/release/ism-emu
+	source scripts/lib.sh && build_emulator
 
-demo: images emulator
+demo: images emulator ## two guests talk SMC-D over the emulated ISM; one verdict line at the end
 	scripts/demo.sh
 
-unit: deps
+unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	cargo test --locked
 	$(MAKE) -s -C guest-tests/progs check OUT=$(BUILD_DIR)/guest-progs
 	bash -c 'source scripts/lib.sh && need_packages guests timeline'
 	python3 scripts/test_experiment.py
 	/usr/bin/python3 scripts/test_timeline.py
 
-lint: deps
+lint: deps ## cargo fmt --check and clippy
 	cargo fmt --all -- --check
 	cargo clippy --locked --all-targets -- -D warnings
 
 # The QEMU patch series against a logging vfio-user stub (no emulator involved).
-qemu-smoke: images
+qemu-smoke: images ## the QEMU patches against a logging stub, the series' qtest and functional test
 	qemu-configs/tests/pcistb-smoke.sh
 
 # The end-to-end suite on the selected kernel line and variant.
-e2e: images emulator
+e2e: images emulator ## the end-to-end suite: two guests, one guest to itself, a guest killed mid-stream
 	scripts/e2e.sh
 
 # The negative controls: the observer must see what each kernel variant does.
-e2e-variants: emulator qemu
+e2e-variants: emulator qemu ## the negative-control kernels (prezero, nozero): the observer must tell
 	for v in prezero nozero; do \
 		$(MAKE) kernel initramfs VARIANT=$$v && VARIANT=$$v TESTS=seq scripts/e2e.sh two || exit 1; \
 	done
@@ -76,72 +91,76 @@ e2e-variants: emulator qemu
 # The kernel matrix: the two-guest topology with the sequential-connections test on every
 # kernel line, checked against what each kernel version does with released DMBs; prints
 # one table (scripts/matrix.sh).
-matrix: images-all emulator
+matrix: images-all emulator ## the two-guest suite on every kernel line, one table
 	scripts/matrix.sh
 
 # The same on every line but the default one (`e2e` runs the whole suite there).
-e2e-matrix: images-all emulator
+e2e-matrix: images-all emulator ## the matrix on the lines other than the default
 	scripts/matrix.sh --others
 
 # Every e2e run writes KTAP and JUnit reports to build/results; this reads them back with
 # the kernel's KTAP parser and junitparser and checks they say what the runs recorded.
-results-check: kernel
+results-check: kernel ## the KTAP and JUnit reports read back by real parsers
 	scripts/results-check.sh
 
 # README's own command blocks, run as written (the ones it marks as tested).
-readme-check: images emulator
+readme-check: images emulator ## README's tested command blocks, run as written
 	scripts/readme-check.sh
 
-test: lint unit qemu-smoke e2e faults e2e-variants e2e-matrix results-check shell-check readme-check
+test: lint unit cli-check qemu-smoke e2e faults e2e-variants e2e-matrix results-check shell-check readme-check ## lint, unit, cli-check, qemu-smoke, e2e, faults, variants, matrix, results, shell, README (CI's)
+
+# Every script's --help, usage errors and exit codes (scripts/cli-check.sh): no guest boots.
+cli-check: ## the scripts' command lines: --help, usage errors, exit codes
+	scripts/cli-check.sh
 
 # README's two commands in a minimal Debian 12 root with an empty cache: proves that the
 # project's own files install everything they need (CI runs it: its `make test` is CI's).
-fresh-check:
+fresh-check: ## README's two commands in a minimal Debian 12 root with an empty cache
 	scripts/fresh-check.sh
 
 # A guest's shell on the console, a peer guest serving smctest echo, the observer beside
 # (scripts/shell.sh). `make shell-check` drives it in a tmux terminal as a person would.
-shell: images emulator
+shell: images emulator ## a shell in a guest on the emulated ISM, a peer guest, the observer beside
 	scripts/shell.sh
 
-shell-check: images emulator
+shell-check: images emulator ## drives make shell in a terminal (tmux)
 	scripts/shell-check.sh
 
 # scripts/ci-smcd.sh (the entry point for a kernel tree's CI, docs/ci.md) on a real tree:
 # a Debian line's source treated as someone's tree, built, changed by one line, rebuilt,
 # tested; its KTAP and JUnit read back by real parsers.
-ci-smcd-check: qemu emulator
+ci-smcd-check: qemu emulator ## scripts/ci-smcd.sh on a Debian tree treated as yours, changed by one line
 	scripts/ci-smcd-check.sh
 
 # virtme-ng (vng, from PyPI, pinned) booting an s390x kernel with the emulated ISM attached,
 # running an SMC-D test in it (scripts/vng-check.sh, docs/ci.md "virtme-ng"). Needs a QEMU
 # with virtio-9p (VNG_QEMU=...): the project's has none, and the script says so (status 2).
-vng-check: emulator qemu
+vng-check: emulator qemu ## virtme-ng booting a kernel with the emulated ISM (needs VNG_QEMU)
 	scripts/vng-check.sh
 
-bench:
+bench: ## the device's throughput table (cargo bench)
 	cargo bench --bench throughput
 
 # SMC-D against TCP between the same two guests, waited and posted moves (docs/performance.md).
-bench-guests: images emulator
+bench-guests: images emulator ## SMC-D against TCP between the same two guests
 	scripts/bench-guests.sh
 
 # The seed commit's experiment (net/smc 1c5526968e27) on the emulated device: buffer and
 # connection set-up latency with the zeroing at release against at hand-out, the host's
 # view of the DMBs, SMC-D against TCP (docs/experiment.md). Builds the kernels it compares.
-experiment: images emulator
+experiment: images emulator ## the seed commit's experiment: zeroing at release against at hand-out
 	scripts/experiment.sh
 
 # Fault injection against the unmodified guest stack (scripts/faults.sh, docs/faults.md):
 # each scenario's outcome asserted from both guests and the event stream.
-faults: images emulator
+faults: images emulator ## fault scenarios against the unmodified kernels of two guests
 	scripts/faults.sh
 
 # An event file's DMB lifecycles as a trace-event timeline for Perfetto's UI or
 # chrome://tracing, and a picture of it (docs/observer.md, "Timeline"). TIMELINE_EVENTS:
 # a `serve --events` file, by default the last `make demo`'s.
 TIMELINE_EVENTS ?= $(BUILD_DIR)/demo/events.jsonl
-timeline: emulator
+timeline: emulator ## the last demo's DMB lifecycles as a Perfetto timeline and a picture
 	bash -c 'source scripts/lib.sh && need_packages timeline'
 	target/release/ism-emu observe timeline --from "$(TIMELINE_EVENTS)" --out "$(BUILD_DIR)/timeline.json"
 	/usr/bin/python3 scripts/timeline.py "$(BUILD_DIR)/timeline.json" \
@@ -152,17 +171,34 @@ timeline: emulator
 # emulator killed under load. Not part of `make test`: the full run takes 15-25 minutes
 # on two cores; `soak-short` is CI's version, about 3 minutes.
 SOAK_ROUNDS ?= 100
-soak: images emulator
+soak: images emulator ## guests killed and booted again, eight guests, the emulator killed (15-25 min)
 	SOAK_ROUNDS=$(SOAK_ROUNDS) SOAK_GUESTS=8 scripts/soak.sh
 
-soak-short: images emulator
+soak-short: images emulator ## the soak, short (CI's, about 3 min)
 	SOAK_ROUNDS=3 SOAK_GUESTS=8 scripts/soak.sh
 
 # Coverage-guided fuzzing (device/fuzz, nightly + cargo-fuzz): every target for FUZZ_SECS
 # seconds (default 60), FUZZ_TARGETS to choose; one line per target (docs/fuzzing.md).
 # Not part of `test`; CI runs every target for 20 s (.ci/run).
-fuzz:
+fuzz: ## every cargo-fuzz target for FUZZ_SECS (nightly toolchain)
 	scripts/fuzz.sh
 
-clean:
+# The emulator with its shell completions (bash, zsh, fish) and man page, generated from
+# its own command-line definition (`ism-emu completions SHELL`, `ism-emu man`), under
+# $(DESTDIR)$(PREFIX).
+PREFIX ?= /usr/local
+install: emulator ## ism-emu, its bash/zsh/fish completions and its man page under PREFIX (/usr/local)
+	mkdir -p "$(BUILD_DIR)/install"
+	target/release/ism-emu completions bash >"$(BUILD_DIR)/install/ism-emu.bash"
+	target/release/ism-emu completions zsh >"$(BUILD_DIR)/install/_ism-emu"
+	target/release/ism-emu completions fish >"$(BUILD_DIR)/install/ism-emu.fish"
+	target/release/ism-emu man >"$(BUILD_DIR)/install/ism-emu.1"
+	install -D -m 755 target/release/ism-emu "$(DESTDIR)$(PREFIX)/bin/ism-emu"
+	install -D -m 644 "$(BUILD_DIR)/install/ism-emu.bash" "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/ism-emu"
+	install -D -m 644 "$(BUILD_DIR)/install/_ism-emu" "$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ism-emu"
+	install -D -m 644 "$(BUILD_DIR)/install/ism-emu.fish" "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ism-emu.fish"
+	install -D -m 644 "$(BUILD_DIR)/install/ism-emu.1" "$(DESTDIR)$(PREFIX)/share/man/man1/ism-emu.1"
+	echo "installed under $(DESTDIR)$(PREFIX): bin/ism-emu, its completions (bash, zsh, fish) and man page (man ism-emu)"
+
+clean: ## remove build/ and target/ (the cache stays)
 	rm -rf $(BUILD_DIR) target
