@@ -165,3 +165,23 @@ run_pair() {
     guest_wait b || ok=1
     return $ok
 }
+
+# pair_verdict RUN_DIR GUESTS: one line that says whether a two-guest run worked, from
+# the guests' own checks (GUESTS: run_pair's status), how many of the client b's
+# connections its kernel reported as SMC-D (the SUMMARY lines on its console), and the
+# host's verdict on the DMBs (the VERDICT line of RUN_DIR/summary.txt, ism-emu observe
+# summary's output). Prints "PASSED: ..." or "FAILED: ..."; returns 0 if it passed.
+pair_verdict() {
+    local dir="$1" guests="$2" ok=0 conns smcd verdict
+    read -r conns smcd < <(awk '/^SUMMARY / && / side=client / {
+            for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "conns") c += kv[2]; if (kv[1] == "smcd") d += kv[2] } }
+        END { print c + 0, d + 0 }' "$dir/b.console.log" 2>/dev/null || echo 0 0)
+    verdict="$(sed -n 's/^VERDICT: //p' "$dir/summary.txt" 2>/dev/null | tail -n 1)"
+    [ "$guests" = 0 ] || ok=1
+    { [ "$conns" -gt 0 ] && [ "$smcd" -eq "$conns" ]; } || ok=1
+    case "$verdict" in CLEAN*) ;; *) ok=1 ;; esac
+    printf '%s: %s; %s of %s connections SMC-D; host: %s\n' "$([ $ok = 0 ] && echo PASSED || echo FAILED)" \
+        "$([ "$guests" = 0 ] && echo "both guests' checks passed" || echo "a guest's checks FAILED")" \
+        "$smcd" "$conns" "${verdict:-no verdict}"
+    return "$ok"
+}
