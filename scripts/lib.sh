@@ -34,6 +34,7 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # (exit 0) and refuses a wrong invocation with exit 2 before it does anything.
 # script_usage [FILE]: FILE's header comment (default: the running script), from its
 # second line to the first line that is not a comment, without the leading '# '.
+# shellcheck disable=SC2120
 script_usage() {
     awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${1:-$0}"
 }
