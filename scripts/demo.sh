@@ -36,7 +36,7 @@ if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
     /usr/bin/python3 "$REPO_ROOT/scripts/timeline.py" "$RUN_DIR/timeline.json" --out "$RUN_DIR/timeline.png" >/dev/null || ok=1
 fi
 echo
-echo "Logs: $RUN_DIR (consoles *.console.log, events.jsonl: $(wc -l <"$RUN_DIR/events.jsonl") events, timeline.json for Perfetto's UI$([ -e "$RUN_DIR/timeline.png" ] && echo ", timeline.png"))"
+echo "Logs: ${RUN_DIR#"$PWD"/} (consoles *.console.log, events.jsonl: $(wc -l <"$RUN_DIR/events.jsonl") events, timeline.json for Perfetto's UI$([ -e "$RUN_DIR/timeline.png" ] && echo ", timeline.png"))"
 
 # The last line says whether it worked (scripts/topology.sh, pair_verdict).
 verdict="$(pair_verdict "$RUN_DIR" "$guests")" || ok=1

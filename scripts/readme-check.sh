@@ -32,6 +32,13 @@ expect() {   # expect NAME DESCRIPTION EXTENDED-REGEX: a line of NAME's output m
         echo "not ok - $1: $2 (no line matches '$3')"; fail=$((fail + 1))
     fi
 }
+expect_no() {   # expect_no NAME DESCRIPTION EXTENDED-REGEX: no line of NAME's output matches
+    if grep -qE -- "$3" "$OUT_DIR/$1.out"; then
+        echo "not ok - $1: $2 (a line matches '$3')"; fail=$((fail + 1))
+    else
+        echo "ok - $1: $2"; pass=$((pass + 1))
+    fi
+}
 
 for name in "${names[@]}"; do
     step "README block '$name', as written:"
@@ -49,7 +56,14 @@ for name in "${names[@]}"; do
             expect "$name" "the guest booted the built kernel with the built initramfs" '^ISMTEST: BOOTED '
             expect "$name" "the ISM function was bound by the unmodified driver" '^ISMTEST: ISM .*0002:00:00\.0'
             expect "$name" "the guest's echo test passed over SMC-D" '^SUITE: PASS echo'
+            expect "$name" "the guest's sequential connections passed over SMC-D" '^SUITE: PASS seq'
             expect "$name" "the guest's program passed" '^ISMTEST: RESULT PASS'
+            expect "$name" "run-guest.sh's last line says the guest's program passed" \
+                "^==> \[[0-9:]+Z\] guest: the guest's program passed \(ISMTEST: RESULT PASS\)"
+            expect_no "$name" "quiet: the kernel's boot log stays off the console" '^Linux version '
+            expect "$name" "the host saw DMBs reused, each zeroed before its reuse" \
+                '^[0-9]+ DMBs, [0-9]+ connections, [0-9]+ closes, [1-9][0-9]* zeroed after close, [1-9][0-9]* reuses \([1-9][0-9]* clean, 0 stale'
+            expect "$name" "the host's verdict is CLEAN" '^VERDICT: CLEAN'
             expect "$name" "observe summary shows the function with its moves" '^ism0 +0x[0-9a-f]+ +(yes|no) +[0-9]+ +[1-9][0-9]*'
             ;;
         *) echo "not ok - $name: readme-check.sh has no checks for this block"; fail=$((fail + 1)) ;;
