@@ -183,22 +183,24 @@ soak-short: images emulator ## the soak, short (CI's, about 3 min)
 fuzz: ## every cargo-fuzz target for FUZZ_SECS (nightly toolchain)
 	scripts/fuzz.sh
 
-# The emulator with its shell completions (bash, zsh, fish) and man page, generated from
-# its own command-line definition (`ism-emu completions SHELL`, `ism-emu man`), under
+# The emulator with its shell completions (bash, zsh, fish) and its man pages (one per
+# command: ism-emu.1, ism-emu-serve.1, ...), generated from its own command-line
+# definition (`ism-emu completions SHELL`, `ism-emu man --dir DIR`), under
 # $(DESTDIR)$(PREFIX).
 PREFIX ?= /usr/local
-install: emulator ## ism-emu, its bash/zsh/fish completions and its man page under PREFIX (/usr/local)
-	mkdir -p "$(BUILD_DIR)/install"
+install: emulator ## ism-emu, its bash/zsh/fish completions and man pages under PREFIX (/usr/local)
+	rm -rf "$(BUILD_DIR)/install" && mkdir -p "$(BUILD_DIR)/install/man1"
 	target/release/ism-emu completions bash >"$(BUILD_DIR)/install/ism-emu.bash"
 	target/release/ism-emu completions zsh >"$(BUILD_DIR)/install/_ism-emu"
 	target/release/ism-emu completions fish >"$(BUILD_DIR)/install/ism-emu.fish"
-	target/release/ism-emu man >"$(BUILD_DIR)/install/ism-emu.1"
+	target/release/ism-emu man --dir "$(BUILD_DIR)/install/man1"
 	install -D -m 755 target/release/ism-emu "$(DESTDIR)$(PREFIX)/bin/ism-emu"
 	install -D -m 644 "$(BUILD_DIR)/install/ism-emu.bash" "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/ism-emu"
 	install -D -m 644 "$(BUILD_DIR)/install/_ism-emu" "$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ism-emu"
 	install -D -m 644 "$(BUILD_DIR)/install/ism-emu.fish" "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ism-emu.fish"
-	install -D -m 644 "$(BUILD_DIR)/install/ism-emu.1" "$(DESTDIR)$(PREFIX)/share/man/man1/ism-emu.1"
-	echo "installed under $(DESTDIR)$(PREFIX): bin/ism-emu, its completions (bash, zsh, fish) and man page (man ism-emu)"
+	install -d "$(DESTDIR)$(PREFIX)/share/man/man1"
+	install -m 644 "$(BUILD_DIR)"/install/man1/*.1 "$(DESTDIR)$(PREFIX)/share/man/man1/"
+	echo "installed under $(DESTDIR)$(PREFIX): bin/ism-emu, its completions (bash, zsh, fish), its man pages (man ism-emu)"
 
 clean: ## remove build/ and target/ (the cache stays)
 	rm -rf $(BUILD_DIR) target
