@@ -14,7 +14,8 @@
 #   --ism SOCKET          add an ISM function served at this vfio-user socket; repeat for
 #                         more (ISM_SOCKS, space-separated). The n-th gets uid=fid=n+1
 #                         (2, 3, ...), QEMU id ism<uid>; the guest sees PCI domain <uid> (hex), e.g. 0002:00:00.0
-#   --chid HEX            CHID reported for every ISM function (CHID; default 0x1234;
+#   --chid 0xHEX          CHID reported for every ISM function, in hex with its 0x, as
+#                         ism-emu serve --chid takes it (CHID; default 0x1234;
 #                         nonzero, not 0xFF00-0xFFFF; equal on both SMC-Dv2 peers)
 #   --x-ism-post on|off   zpci x-ism-post (experimental): on: QEMU posts data moves
 #                         without the signal flag and waits for the others; it plugs the
@@ -111,8 +112,9 @@ done
 # --- check the inputs
 [[ "$NAME" =~ ^[A-Za-z0-9._-]+$ ]] || usage_error "--name must be letters, digits, . _ -"
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || usage_error "--timeout must be a number of seconds"
-[[ "$CHID" =~ ^(0[xX][0-9a-fA-F]{1,4}|[0-9]{1,5})$ ]] || usage_error "--chid $CHID is not a 16-bit number"
-if [[ "$CHID" == 0[xX]* ]]; then chid_val=$((CHID)); else chid_val=$((10#$CHID)); fi
+# Hex with 0x only: a bare 1234 would be 0x04d2 here, and ism-emu refuses it.
+[[ "$CHID" =~ ^0[xX][0-9a-fA-F]{1,4}$ ]] || usage_error "--chid $CHID: give the CHID in hex with 0x, e.g. 0x1234"
+chid_val=$((CHID))
 { [ "$chid_val" -gt 0 ] && [ "$chid_val" -lt $((0xFF00)) ]; } \
     || usage_error "--chid $CHID: an ISM CHID must be nonzero and below 0xFF00"
 CHID="$(printf '0x%04x' "$chid_val")"

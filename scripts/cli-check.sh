@@ -121,7 +121,7 @@ for o in --kernel-src --kernel-config --kernel-image --modules-dir --topologies 
 done
 
 # run-guest.sh's options
-for bad in "--kernel" "--chid 0" "--chid 0xff00" "--timeout soon" "--net-server maybe" "--mem lots" "--smp 0" "--mac 52:54" "--name a/b"; do
+for bad in "--kernel" "--chid 0" "--chid 0x0" "--chid 0xff00" "--chid 1234" "--timeout soon" "--net-server maybe" "--mem lots" "--smp 0" "--mac 52:54" "--name a/b"; do
     # shellcheck disable=SC2086
     run env BUILD_DIR="$WORK/build" qemu-configs/run-guest.sh $bad
     expect_rc 2 "run-guest.sh $bad is a usage error"

@@ -63,7 +63,7 @@ run_crash() {
     wait "$GUEST_PID_a" || rc=$?
     local took=$((SECONDS - killed))
     local log="$RUN_DIR/a.console.log" last
-    echo "crash: guest a ended ${took} s after the kill (QEMU status $rc)"
+    echo "crash: guest a ended ${took} s after the kill (run-guest.sh status $rc)"
     last="$(grep -E '^(CONN|SUMMARY|smctest)' "$log" | tail -n 4)" || true
     sed 's/^/  a: /' <<<"$last"
     local ok=0
