@@ -73,7 +73,7 @@ one_of() {
 logged() {
     local what="$1" rc=0 mark; shift
     mkdir -p "$(dirname "$SETUP_LOG")"
-    printf '\n### [%s] %s: %s\n' "$(date '+%F %T')" "$what" "$*" >>"$SETUP_LOG"
+    printf '\n### [%s] %s: %s\n' "$(date -u '+%F %TZ')" "$what" "$*" >>"$SETUP_LOG"
     mark="$(wc -l <"$SETUP_LOG")"
     "$@" >>"$SETUP_LOG" 2>&1 </dev/null || rc=$?
     if [ "$rc" -ne 0 ]; then
