@@ -127,7 +127,7 @@ for cmd in "${commands[@]}"; do
     # The console shows the commands' own step lines and test tallies; the log has all.
     set +e
     in_root "$cmd" </dev/null 2>&1 | tee "$log" \
-        | { grep --line-buffered -E '^==> |^[0-9]+ passed, [0-9]+ failed|^test result:|^error' | sed -u 's/^/    | /'; true; }
+        | { grep --line-buffered -E '^==> |^[0-9]+ passed, [0-9]+ failed|^test result:|^error|^demo (PASSED|FAILED)' | sed -u 's/^/    | /'; true; }
     rc=${PIPESTATUS[0]}
     set -e
     took=$((SECONDS - start))
