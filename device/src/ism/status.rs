@@ -97,6 +97,36 @@ pub enum EventType {
     Software = 2,
 }
 
+impl std::fmt::Display for Event {
+    /// As the log prints identifiers everywhere else: GIDs with 16 hex digits, tokens
+    /// in hex (the Debug form printed them in decimal).
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            EventType::Gid => {
+                let what = match self.code {
+                    gid_code::GID_DISABLED => " (GID disabled)",
+                    _ => "",
+                };
+                write!(
+                    out,
+                    "GID event code {}{what} for GID {:#018x}",
+                    self.code, self.tok
+                )
+            }
+            EventType::Dmb => write!(
+                out,
+                "DMB event code {} for token {:#x} (info {:#x})",
+                self.code, self.tok, self.info
+            ),
+            EventType::Software => write!(
+                out,
+                "software event code {:#x} from GID {:#018x} (info {:#x})",
+                self.code, self.tok, self.info
+            ),
+        }
+    }
+}
+
 /// GID event codes.
 pub mod gid_code {
     /// The peer's GID went away (its function was reset or its guest disconnected).
