@@ -310,6 +310,7 @@ impl Fabric {
         self.trace(|_| Record::Attach { f: id });
         let f = &mut st.functions[id];
         f.attached = true;
+        f.counters.attaches += 1;
         guest_log!(Info, f.name, f.gid, "client attached");
         self.events.function_attached(&f.name, f.gid);
     }
