@@ -216,6 +216,8 @@ impl fmt::Display for ConnsTable<'_> {
                     format!("{:.1}", closed.saturating_sub(c.opened_us) as f64 / 1e3)
                 });
                 let reuse = match c.reuse_clean {
+                    // A reuse that could not be read is not "no reuse".
+                    None if c.reuse_unknown.is_some() => "unchecked".to_string(),
                     None => "-".to_string(),
                     Some(true) => "clean".to_string(),
                     Some(false) => format!("STALE {}B", c.stale_bytes),
