@@ -899,3 +899,43 @@ fn help_documents_the_exit_statuses() {
         "{text}"
     );
 }
+
+#[test]
+fn the_dropped_event_warning_prints_the_event_in_hex() {
+    let dir = tempdir();
+    let ctl = dir.as_path().join("ctl");
+    let mut child = Running::spawn(
+        Command::new(BIN)
+            .args(["serve", "--chid", "0x42", "--socket"])
+            .arg(dir.as_path().join("a.sock"))
+            .arg("--socket")
+            .arg(dir.as_path().join("b.sock"))
+            .arg("--control")
+            .arg(&ctl)
+            .env_remove("RUST_LOG")
+            .stderr(Stdio::piped()),
+    );
+    assert!(wait_for(&ctl));
+    let out = fault_cmd(&ctl, &["add", "gid-disabled@ism1,peer=ism0"]);
+    assert_eq!(out.status.code(), Some(1));
+    child.signal(Signal::SIGTERM);
+    assert!(child.wait().unwrap().success());
+    let mut log = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("dropped"))
+        .unwrap_or_default();
+    assert!(
+        line.ends_with(
+            "ism1 (gid 0x00420049534d0002): GID event code 7 (GID disabled) for GID 0x00420049534d0001 dropped: no IEQ/SBA registered"
+        ),
+        "{log}"
+    );
+}

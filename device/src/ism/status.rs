@@ -235,4 +235,29 @@ mod tests {
         let slot1_code = u32::from_be_bytes(ram.read(32 + 32 + 4, 4).unwrap().try_into().unwrap());
         assert_eq!(slot1_code, 16);
     }
+
+    #[test]
+    fn events_print_their_gids_and_tokens_in_hex() {
+        let gid = Event {
+            kind: EventType::Gid,
+            code: gid_code::GID_DISABLED,
+            tok: 0x1234_0049_534d_0002,
+            time: 1,
+            info: 0,
+        };
+        assert_eq!(
+            gid.to_string(),
+            "GID event code 7 (GID disabled) for GID 0x12340049534d0002"
+        );
+        let dmb = Event {
+            kind: EventType::Dmb,
+            tok: 0x1_0000_0000,
+            info: 0x20,
+            ..gid
+        };
+        assert_eq!(
+            dmb.to_string(),
+            "DMB event code 7 for token 0x100000000 (info 0x20)"
+        );
+    }
 }
