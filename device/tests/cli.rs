@@ -806,6 +806,22 @@ fn replay_of_a_binary_file_says_it_is_not_a_trace() {
     let text = stderr(&out);
     assert!(text.contains("not an ism-emu trace"), "{text}");
     assert!(!text.contains("UTF-8"), "{text}");
+    // timeline --from takes an event file or a trace: neither.
+    let out = run(&[
+        "observe",
+        "timeline",
+        "--from",
+        file.to_str().unwrap(),
+        "--out",
+        "-",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stderr(&out);
+    assert!(
+        text.contains("line 1: not text: not an event file"),
+        "{text}"
+    );
+    assert!(!text.contains("UTF-8"), "{text}");
 }
 
 #[test]
