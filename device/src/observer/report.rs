@@ -317,7 +317,7 @@ impl fmt::Display for Verdict<'_> {
 mod tests {
     use super::*;
     use crate::dmb::Dmb;
-    use crate::observer::dmb_life::Tracker;
+    use crate::observer::dmb_life::{ConnRecord, Tracker};
 
     fn snapshot() -> Snapshot {
         let dmb = Dmb {
@@ -417,6 +417,54 @@ mod tests {
             text,
             "1 DMBs, 0 connections, 0 closes, 0 zeroed after close, 0 reuses (0 clean, 0 stale, 0 unchecked)\n\
              VERDICT: no DMB reuse seen\n"
+        );
+    }
+
+    #[test]
+    fn conns_table_tells_an_unchecked_reuse_from_a_first_connection() {
+        let mut snap = snapshot();
+        let conn = |n, unknown: Option<&str>| ConnRecord {
+            conn: n,
+            opened_us: n * 1_000_000,
+            closed_us: Some(n * 1_000_000 + 500),
+            how: Some("close".into()),
+            bytes: 10,
+            reuse_clean: None,
+            reuse_unknown: unknown.map(str::to_string),
+            stale_bytes: 0,
+            zeroed_after_ms: None,
+            not_zeroed: false,
+        };
+        snap.dmbs[0].recent = vec![conn(1, None), conn(2, Some("over the read budget"))];
+        let text = ConnsTable(&snap).to_string();
+        let reuse = |row: &str| row.split_whitespace().nth(7).unwrap().to_string();
+        let rows: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(reuse(rows[0]), "-", "{text}");
+        assert_eq!(reuse(rows[1]), "unchecked", "{text}");
+    }
+
+    #[test]
+    fn the_verdict_kind_follows_the_worst_reuse() {
+        let mut snap = snapshot();
+        assert_eq!(VerdictKind::of(&snap), VerdictKind::NoReuse);
+        snap.dmbs[0].reuses = 3;
+        snap.dmbs[0].clean_reuses = 2;
+        assert_eq!(VerdictKind::of(&snap), VerdictKind::Clean);
+        snap.dmbs[0].unchecked_reuses = 1;
+        assert_eq!(VerdictKind::of(&snap), VerdictKind::Unknown);
+        snap.dmbs[0].stale_reuses = 1;
+        assert_eq!(VerdictKind::of(&snap), VerdictKind::Stale);
+    }
+
+    #[test]
+    fn the_zeroing_heading_says_the_median_is_a_bucket_bound() {
+        let text = DmbsTable(&snapshot()).to_string();
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .contains(" ZERO_MS(<=med/max) "),
+            "{text}"
         );
     }
 }
