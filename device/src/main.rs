@@ -333,15 +333,7 @@ fn main() -> ExitCode {
         } => replay(&trace, events, snapshot).map(|()| 0),
         Cmd::Observe { what } => observe(&control, what),
         Cmd::Fault { what } => fault(&control, what).map(|()| 0),
-        Cmd::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "ism-emu",
-                &mut std::io::stdout(),
-            );
-            Ok(0)
-        }
+        Cmd::Completions { shell } => completions(shell).map(|()| 0),
         Cmd::Man { dir } => man(dir).map(|()| 0),
     };
     // Every line logged so far, out before the exit (within the logger's patience).
@@ -355,13 +347,25 @@ fn main() -> ExitCode {
     }
 }
 
-/// `ism-emu man`: the top page on stdout, or every command's page into `dir`.
+/// `ism-emu completions SHELL`: the script on stdout.
+fn completions(shell: clap_complete::Shell) -> Result<(), CliError> {
+    // Into memory first: clap_complete panics when its writer fails (`| head`), a
+    // Vec never does; stdout's error is then ours to report.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "ism-emu", &mut script);
+    std::io::stdout().write_all(&script)?;
+    Ok(())
+}
+
+/// `ism-emu man`: the top page on stdout, or every command's page into `dir` (created
+/// if missing, as an install step wants).
 fn man(dir: Option<PathBuf>) -> Result<(), CliError> {
     match dir {
         None => clap_mangen::Man::new(Cli::command())
             .render(&mut std::io::stdout())
             .map_err(CliError::Io),
-        Some(path) => clap_mangen::generate_to(Cli::command(), &path)
+        Some(path) => std::fs::create_dir_all(&path)
+            .and_then(|()| clap_mangen::generate_to(Cli::command(), &path))
             .map_err(|source| CliError::Man { path, source }),
     }
 }

@@ -893,10 +893,12 @@ fn completions_and_man_pages_come_from_the_command_line_definition() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains(".TH ism-emu 1"));
     let dir = tempdir();
-    let out = run(&["man", "--dir", dir.as_path().to_str().unwrap()]);
+    // A directory that does not exist yet is created, as an install step needs.
+    let man1 = dir.as_path().join("share/man/man1");
+    let out = run(&["man", "--dir", man1.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     for page in ["ism-emu.1", "ism-emu-serve.1", "ism-emu-observe-summary.1"] {
-        assert!(dir.as_path().join(page).exists(), "{page}");
+        assert!(man1.join(page).exists(), "{page}");
     }
 }
 
@@ -954,4 +956,29 @@ fn the_dropped_event_warning_prints_the_event_in_hex() {
         ),
         "{log}"
     );
+}
+
+#[test]
+fn completions_into_a_closed_pipe_fail_without_a_panic() {
+    // A pipe whose reading end is closed before the child starts: its write fails with
+    // EPIPE (Rust programs ignore SIGPIPE), whatever the timing.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = Running::spawn(
+        Command::new(BIN)
+            .args(["completions", "bash"])
+            .stdout(writer)
+            .stderr(Stdio::piped()),
+    );
+    let status = child.wait().unwrap();
+    let mut text = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(!text.contains("panicked"), "{text}");
+    assert_eq!(status.code(), Some(1), "{text}");
 }
