@@ -27,6 +27,15 @@ use ism_emu::observer::Observer;
 use ism_emu::server::{self, ServeError};
 use ism_emu::trace;
 
+/// `print!`/`println!` that return stdout's error (`?`, as `CliError::Io`) instead of
+/// panicking: `ism-emu observe follow | head -1` must end with a message, not a panic.
+macro_rules! out {
+    ($($arg:tt)*) => { write!(std::io::stdout(), $($arg)*)? };
+}
+macro_rules! outln {
+    ($($arg:tt)*) => { writeln!(std::io::stdout(), $($arg)*)? };
+}
+
 /// The control socket when `--control` is not given: `serve` creates it, `observe` and
 /// `fault` talk to it. A second emulator needs a `--control` of its own.
 const DEFAULT_CONTROL: &str = "/tmp/ism-emu.ctl";
@@ -505,7 +514,7 @@ fn replay(
         let json = serde_json::to_string(&snap).map_err(CliError::BadSnapshot)?;
         std::fs::write(&path, json + "\n")?;
     }
-    println!(
+    outln!(
         "replayed {} records: {} commands, {} moves, {} zeroing ticks; {} differ from the recording{}",
         report.records,
         report.commands,
@@ -519,9 +528,9 @@ fn replay(
         }
     );
     for m in &report.first_mismatches {
-        println!("  {m}");
+        outln!("  {m}");
     }
-    print!("{}\n{}", DmbsTable(&snap), Verdict(&snap));
+    out!("{}\n{}", DmbsTable(&snap), Verdict(&snap));
     if report.mismatches > 0 || report.lost > 0 {
         return Err(CliError::ReplayDiffers(report.mismatches, report.lost));
     }
@@ -558,7 +567,7 @@ fn observe(control: &Path, what: Observe) -> Result<u8, CliError> {
     if let Observe::Follow = what {
         let stream = request(control, "follow")?;
         for line in BufReader::new(stream).lines() {
-            println!("{}", line?);
+            outln!("{}", line?);
         }
         return Ok(0);
     }
@@ -566,12 +575,12 @@ fn observe(control: &Path, what: Observe) -> Result<u8, CliError> {
     BufReader::new(request(control, "snapshot")?).read_line(&mut line)?;
     let snap: Snapshot = serde_json::from_str(&line).map_err(CliError::BadSnapshot)?;
     match what {
-        Observe::Json => println!("{line}"),
-        Observe::Functions => print!("{}", FunctionsTable(&snap)),
-        Observe::Dmbs => print!("{}", DmbsTable(&snap)),
-        Observe::Conns => print!("{}", ConnsTable(&snap)),
+        Observe::Json => outln!("{line}"),
+        Observe::Functions => out!("{}", FunctionsTable(&snap)),
+        Observe::Dmbs => out!("{}", DmbsTable(&snap)),
+        Observe::Conns => out!("{}", ConnsTable(&snap)),
         Observe::Summary { check } => {
-            print!(
+            out!(
                 "{}\n{}\n{}",
                 FunctionsTable(&snap),
                 DmbsTable(&snap),
@@ -609,26 +618,29 @@ fn fault(control: &Path, what: FaultCmd) -> Result<(), CliError> {
     }
     match what {
         FaultCmd::Add { .. } => match answer.get("id") {
-            Some(id) => println!("rule {id}"),
-            None => println!("done"),
+            Some(id) => outln!("rule {id}"),
+            None => outln!("done"),
         },
         FaultCmd::List { json: true } => {
             let rules = answer
                 .get("faults")
                 .ok_or_else(|| CliError::BadAnswer(line.clone()))?;
-            println!("{}", serde_json::json!({ "faults": rules }));
+            outln!("{}", serde_json::json!({ "faults": rules }));
         }
         FaultCmd::List { json: false } => {
             let rules = answer.get("faults").and_then(|f| f.as_array());
             let rules = rules.ok_or_else(|| CliError::BadAnswer(line.clone()))?;
-            println!(
+            outln!(
                 "{:>4} {:>8} {:>8} {:>5}  spec",
-                "rule", "seen", "fired", "spent"
+                "rule",
+                "seen",
+                "fired",
+                "spent"
             );
             // Numbers as u64: a JSON value's Display ignores the widths.
             let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
             for r in rules {
-                println!(
+                outln!(
                     "{:>4} {:>8} {:>8} {:>5}  {}",
                     n(&r["id"]),
                     n(&r["seen"]),
@@ -642,7 +654,7 @@ fn fault(control: &Path, what: FaultCmd) -> Result<(), CliError> {
                 );
             }
         }
-        FaultCmd::Clear { .. } => println!("removed {}", answer["removed"]),
+        FaultCmd::Clear { .. } => outln!("removed {}", answer["removed"]),
     }
     Ok(())
 }

@@ -982,3 +982,27 @@ fn completions_into_a_closed_pipe_fail_without_a_panic() {
     assert!(!text.contains("panicked"), "{text}");
     assert_eq!(status.code(), Some(1), "{text}");
 }
+
+#[test]
+fn observe_into_a_closed_pipe_fails_without_a_panic() {
+    let (_dir, _child, ctl) = serving();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = Running::spawn(
+        Command::new(BIN)
+            .args(["observe", "--control", ctl.to_str().unwrap(), "summary"])
+            .stdout(writer)
+            .stderr(Stdio::piped()),
+    );
+    let status = child.wait().unwrap();
+    let mut text = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(!text.contains("panicked"), "{text}");
+    assert_eq!(status.code(), Some(1), "{text}");
+}
