@@ -310,7 +310,7 @@ impl TimelineBuilder {
             let name = if function == STREAM_FUNCTION {
                 "event stream".to_string()
             } else {
-                format!("{function} (GID {:#x})", process.gid)
+                format!("{function} (GID {:#018x})", process.gid)
             };
             metadata.push(TraceEvent::metadata("process_name", (pid, 0), "name", name));
             metadata.push(TraceEvent::metadata(
@@ -435,7 +435,7 @@ impl Track {
                 let mut open = OpenSlice::new(t, "registered");
                 open.args
                     .insert("token".into(), format!("{:#x}", self.token).into());
-                open.args.insert("rgid".into(), format!("{rgid:#x}").into());
+                open.args.insert("rgid".into(), format!("{rgid:#018x}").into());
                 open.args.insert("len".into(), len.into());
                 self.registration = Some(open);
             }
