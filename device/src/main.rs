@@ -99,11 +99,13 @@ enum Cmd {
         snapshot: Option<PathBuf>,
     },
     /// Inject faults into a running emulator through its control socket.
+    #[command(after_help = EXIT_STATUS_HELP)]
     Fault {
         #[command(subcommand)]
         what: FaultCmd,
     },
     /// Query a running emulator through its control socket.
+    #[command(after_help = EXIT_STATUS_HELP)]
     Observe {
         #[command(subcommand)]
         what: Observe,

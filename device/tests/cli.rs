@@ -904,12 +904,18 @@ fn completions_and_man_pages_come_from_the_command_line_definition() {
 
 #[test]
 fn help_documents_the_exit_statuses() {
-    let out = run(&["--help"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("Exit status: 0 success; 1 failure; 2 usage error"),
-        "{text}"
-    );
+    for command in [
+        &["--help"][..],
+        &["fault", "--help"],
+        &["observe", "--help"],
+    ] {
+        let out = run(command);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Exit status: 0 success; 1 failure; 2 usage error"),
+            "{command:?}: {text}"
+        );
+    }
     let out = run(&["observe", "summary", "--help"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -435,7 +435,8 @@ impl Track {
                 let mut open = OpenSlice::new(t, "registered");
                 open.args
                     .insert("token".into(), format!("{:#x}", self.token).into());
-                open.args.insert("rgid".into(), format!("{rgid:#018x}").into());
+                open.args
+                    .insert("rgid".into(), format!("{rgid:#018x}").into());
                 open.args.insert("len".into(), len.into());
                 self.registration = Some(open);
             }
