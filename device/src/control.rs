@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::fabric::{Fabric, FaultAdded};
-use crate::fault::FaultSpec;
+use crate::fault::{FaultSpec, FaultSpecError};
 use crate::observer::report::Snapshot;
 use crate::observer::Observer;
 
@@ -157,7 +157,9 @@ impl Control {
         }
     }
 
-    /// `fault add SPEC`, `fault list`, `fault clear [ID]`: the answer line.
+    /// `fault add SPEC`, `fault list`, `fault clear [ID]`: the answer line. An error
+    /// the request itself caused (a bad spec, a function or rule that does not exist)
+    /// carries `"usage": true`, so that `ism-emu fault` exits as for a bad argument.
     pub fn fault_request(&self, args: &str) -> serde_json::Value {
         use serde_json::json;
         let (verb, rest) = args.split_once(' ').unwrap_or((args, ""));
@@ -166,17 +168,34 @@ impl Control {
             "add" => match FaultSpec::parse(rest).and_then(|spec| self.fabric.add_fault(spec)) {
                 Ok(FaultAdded::Rule(id)) => json!({"ok": "rule", "id": id}),
                 Ok(FaultAdded::Done) => json!({"ok": "done"}),
-                Err(e) => json!({"error": e.to_string()}),
+                Err(e) => {
+                    // Not delivered, or no room for a rule: the emulator's state, not
+                    // the request's fault.
+                    let usage = !matches!(
+                        e,
+                        FaultSpecError::NotDelivered { .. } | FaultSpecError::TooManyRules
+                    );
+                    json!({"error": e.to_string(), "usage": usage})
+                }
             },
             "list" => json!({"ok": "list", "faults": self.fabric.faults()}),
             "clear" if rest.is_empty() => {
                 json!({"ok": "cleared", "removed": self.fabric.clear_faults(None)})
             }
             "clear" => match rest.parse::<u32>() {
-                Ok(id) => json!({"ok": "cleared", "removed": self.fabric.clear_faults(Some(id))}),
-                Err(_) => json!({"error": format!("not a rule id: {rest:?}")}),
+                Ok(id) => match self.fabric.clear_faults(Some(id)) {
+                    0 => json!({
+                        "error": format!("no fault rule {id} (`fault list` shows the rules)"),
+                        "usage": true
+                    }),
+                    removed => json!({"ok": "cleared", "removed": removed}),
+                },
+                Err(_) => json!({"error": format!("not a rule id: {rest:?}"), "usage": true}),
             },
-            _ => json!({"error": "use fault add SPEC, fault list or fault clear [ID]"}),
+            _ => json!({
+                "error": "use fault add SPEC, fault list or fault clear [ID]",
+                "usage": true
+            }),
         }
     }
 

@@ -36,8 +36,13 @@ pub enum FaultSpecError {
     UnknownCommand(String),
     #[error("{0:?} is not KEY=VALUE")]
     NotKeyValue(String),
-    #[error("key {key:?} does not apply to {kind}")]
+    #[error(
+        "key {key:?} does not apply to {kind} (its keys: {})",
+        valid_keys(kind)
+    )]
     KeyNotForKind { key: String, kind: &'static str },
+    #[error("unknown key {key:?} (the keys of {kind}: {})", valid_keys(kind))]
+    UnknownKey { key: String, kind: &'static str },
     #[error("bad value {value:?} for {key}: {why}")]
     BadValue {
         key: &'static str,
@@ -61,6 +66,28 @@ pub enum FaultSpecError {
         "gid-disabled is an action, not a rule: send it to a running emulator (ism-emu fault add)"
     )]
     ActionAtStart,
+    /// An action whose event the function could not take: nothing happened.
+    /// (The reason is the fabric's `EventLost` as text: this error compares, and fault
+    /// sits below the fabric.)
+    #[error("{function} did not get the event: {reason}; nothing was done")]
+    NotDelivered { function: String, reason: String },
+}
+
+/// Every key of the grammar (docs/faults.md), whatever kind it belongs to.
+const ALL_KEYS: &[&str] = &[
+    "rc", "max", "token", "signal", "us", "peer", "next", "every", "prob", "seed",
+];
+
+/// The keys a fault kind takes, for the error that names a wrong one.
+fn valid_keys(kind: &str) -> &'static str {
+    match kind {
+        "cmd" => "rc, next, every, prob, seed",
+        "dmb-limit" => "max, rc, next, every, prob, seed",
+        "move" => "token, signal, next, every, prob, seed",
+        "move-delay" | "irq-delay" => "us, next, every, prob, seed",
+        "gid-disabled" => "peer",
+        _ => "next, every, prob, seed",
+    }
 }
 
 /// A peer named in a spec: a function of the fabric or a bare GID.
@@ -362,9 +389,19 @@ impl FaultSpec {
             },
         };
         if let Some((key, _)) = pairs.into_iter().next() {
-            return Err(FaultSpecError::KeyNotForKind {
-                key,
-                kind: kind_name,
+            // A typo (`nxt`) is told apart from a real key in the wrong place (`us` on
+            // irq-drop): the fix differs.
+            let known = ALL_KEYS.contains(&key.as_str());
+            return Err(if known {
+                FaultSpecError::KeyNotForKind {
+                    key,
+                    kind: kind_name,
+                }
+            } else {
+                FaultSpecError::UnknownKey {
+                    key,
+                    kind: kind_name,
+                }
             });
         }
         Ok(Self {
@@ -713,6 +750,15 @@ mod tests {
         assert_eq!(err("cmd=0x0c"), E::UnknownCommand("0x0c".into()));
         assert_eq!(err("move,oops"), E::NotKeyValue("oops".into()));
         assert!(matches!(err("irq-drop,us=5"), E::KeyNotForKind { .. }));
+        let typo = err("cmd=reg_dmb@ism0,nxt=4");
+        assert!(
+            matches!(typo, E::UnknownKey { kind: "cmd", .. }),
+            "{typo:?}"
+        );
+        assert_eq!(
+            typo.to_string(),
+            "unknown key \"nxt\" (the keys of cmd: rc, next, every, prob, seed)"
+        );
         assert!(matches!(
             err("cmd=reg_dmb,rc=0"),
             E::BadValue { key: "rc", .. }

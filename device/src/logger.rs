@@ -143,6 +143,37 @@ impl Log for Logger {
     }
 }
 
+/// Makes `builder` start each line with a short UTC clock, `[21:03:04.123Z INFO  module]`:
+/// the scripts around the emulator print `==> [21:03:04Z]`, so one clock (UTC, marked
+/// `Z`) reads across their output and this log. The date is left out: a run is minutes.
+/// Level and module stay where env_logger puts them, for whoever greps the log.
+pub fn utc_clock_format(builder: &mut env_logger::Builder) {
+    builder.format(|buf, record| {
+        let style = buf.default_level_style(record.level());
+        writeln!(
+            buf,
+            "[{} {style}{:<5}{style:#} {}] {}",
+            utc_clock(std::time::SystemTime::now()),
+            record.level(),
+            record.module_path().unwrap_or_else(|| record.target()),
+            record.args()
+        )
+    });
+}
+
+/// `hh:mm:ss.mmmZ` of `at`, in UTC.
+pub fn utc_clock(at: std::time::SystemTime) -> String {
+    let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let day = since.as_secs() % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}Z",
+        day / 3600,
+        day / 60 % 60,
+        day % 60,
+        since.subsec_millis()
+    )
+}
+
 /// Installs `builder`'s logger, writing to stderr, as the process's.
 pub fn install(builder: env_logger::Builder) -> Result<(), LoggerError> {
     let logger = Logger::new(builder, io::stderr())?;
@@ -282,6 +313,28 @@ mod tests {
         assert_eq!(
             out.text(),
             "[INFO  ism_emu::fabric] ism0 (gid 0x1): client attached\n"
+        );
+    }
+
+    #[test]
+    fn the_clock_is_utc_to_the_millisecond_with_a_z() {
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(1_796_006_540_064);
+        // 1796006540 s = 20787 days + 9740 s.
+        assert_eq!(utc_clock(at), "02:42:20.064Z");
+        let out = Out::default();
+        let mut builder = env_logger::Builder::new();
+        builder.filter_level(log::LevelFilter::Info);
+        utc_clock_format(&mut builder);
+        let logger = Logger::new(builder, out.clone()).unwrap();
+        info(&logger, "ism0 (gid 0x1): client attached");
+        logger.flush();
+        let text = out.text();
+        let (clock, rest) = text[1..].split_once(' ').unwrap();
+        assert_eq!(clock.len(), "01:02:20.064Z".len(), "{text}");
+        assert!(clock.ends_with('Z'), "{text}");
+        assert_eq!(
+            rest,
+            "INFO  ism_emu::fabric] ism0 (gid 0x1): client attached\n"
         );
     }
 

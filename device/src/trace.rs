@@ -16,7 +16,7 @@
 //! replayed move without its bytes writes zeros after the recorded ones.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -375,6 +375,9 @@ fn write_lines(mut file: BufWriter<File>, rx: Receiver<Msg>, lost: &AtomicU64) {
     let _ = file.flush();
 }
 
+/// The longest header line [`read`] takes (a header names each function: a few KiB).
+const HEADER_MAX: u64 = 1 << 20;
+
 /// Reads a whole trace: its header and its operations with their times.
 pub fn read(path: &Path) -> Result<(Header, Vec<(u64, Record)>), TraceError> {
     let file = File::open(path).map_err(|source| TraceError::Open {
@@ -386,21 +389,28 @@ pub fn read(path: &Path) -> Result<(Header, Vec<(u64, Record)>), TraceError> {
         line,
         why,
     };
-    let mut lines = BufReader::new(file).lines();
-    let first = lines
-        .next()
-        .transpose()
-        .map_err(|e| bad(1, e.to_string()))?
-        .unwrap_or_default();
-    let header: Header = serde_json::from_str(&first)
+    let mut reader = BufReader::new(file);
+    // The header is read as bytes, and at most HEADER_MAX of them: a file that is not a
+    // trace (binary, say, or one huge line) must be told as such, not as bad UTF-8.
+    let mut head = Vec::new();
+    Read::by_ref(&mut reader)
+        .take(HEADER_MAX)
+        .read_until(b'\n', &mut head)
+        .map_err(|e| bad(1, e.to_string()))?;
+    let first = String::from_utf8_lossy(&head);
+    let header: Header = serde_json::from_str(first.trim_end())
         .ok()
         .filter(|h: &Header| h.trace == "ism-emu" && h.version == VERSION)
         .ok_or_else(|| TraceError::Version {
             path: path.to_path_buf(),
-            found: first.chars().take(120).collect(),
+            // Bytes that are no text say so, rather than fill the message with noise.
+            found: match std::str::from_utf8(&head) {
+                Ok(text) => text.trim_end().chars().take(120).collect(),
+                Err(_) => "binary data, not text".into(),
+            },
         })?;
     let mut records = Vec::new();
-    for (i, line) in lines.enumerate() {
+    for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| bad(i + 2, e.to_string()))?;
         if line.trim().is_empty() {
             continue;

@@ -2,6 +2,12 @@
 //!
 //! Every process a test starts belongs to a `Running` guard that kills it when the test
 //! ends, failed or not, so no `ism-emu serve` outlives its test.
+//!
+//! The exit statuses and messages a user or a script meets are pinned here: 2 for a
+//! usage error (clap's, a bad fault spec, a function or rule that does not exist), 1 for
+//! a failure, 3/4 for `observe summary --check`'s STALE/UNKNOWN.
+
+mod support;
 
 use std::io::Read;
 use std::path::Path;
@@ -146,7 +152,7 @@ fn observe_lists_the_functions_with_their_gids() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     assert!(text.contains("fabric CHID 0x0042"), "{text}");
-    assert!(text.contains("0x420049534d0001"), "GID of ism0: {text}");
+    assert!(text.contains("0x00420049534d0001"), "GID of ism0: {text}");
     assert!(text.contains("ism1"), "{text}");
 }
 
@@ -156,7 +162,8 @@ fn observe_json_gives_gids_as_hex_strings() {
     assert!(out.status.success());
     let snap: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(snap["chid"], "0x0042");
-    assert_eq!(snap["functions"][1]["gid"], "0x420049534d0002");
+    // 16 hex digits, as the log and the tables print a GID.
+    assert_eq!(snap["functions"][1]["gid"], "0x00420049534d0002");
     assert_eq!(snap["dmbs"], serde_json::json!([]));
 }
 
@@ -176,7 +183,7 @@ fn chid_zero_and_reserved_chids_are_refused() {
     // A socket that `serve` could bind: only the CHID check can make it fail (and
     // `run` kills a `serve` that did not fail within its patience).
     let socket = dir.as_path().join("a.sock");
-    for chid in ["0", "0xff00", "0xffff"] {
+    for chid in ["0x0", "0xff00", "0xffff"] {
         let out = run(&[
             "serve",
             "--chid",
@@ -217,10 +224,15 @@ fn faults_are_added_listed_reported_and_cleared_through_the_control_socket() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "rule 1\n");
     let out = fault(&["add", "move@ism7"]);
-    assert!(!out.status.success());
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown function is a usage error"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no function named \"ism7\""), "{stderr}");
     let out = fault(&["add", "frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown fault"));
     let out = fault(&["list"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -228,12 +240,20 @@ fn faults_are_added_listed_reported_and_cleared_through_the_control_socket() {
     assert_eq!(text.lines().count(), 2, "{text}");
     let out = fault(&["clear"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "removed 1\n");
-    // An action: the event goes out at once and is reported on the stream (again until
-    // the follower, started above, is seen to be connected).
+    // An action: the event goes out at once to a guest that registered its event queue,
+    // and is reported on the stream (again until the follower, started above, is seen
+    // to be connected).
+    let mut guest = support::Guest::connect(&dir.as_path().join("a.sock"), 1 << 20);
+    guest.probe();
     let start = Instant::now();
     let seen = loop {
         let out = fault(&["add", "gid-disabled@ism0,peer=ism1"]);
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "done\n",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         std::thread::sleep(Duration::from_millis(100));
         let text = std::fs::read_to_string(&events).unwrap();
         if text.contains("fault_injected") || start.elapsed() > PATIENCE {
@@ -439,4 +459,556 @@ fn followers_that_leave_give_their_slots_back_without_waiting_for_an_event() {
     // No guest, so no event: the slots must come back by themselves.
     std::thread::sleep(Duration::from_millis(1500));
     assert_answers(&ctl);
+}
+
+/// `ism-emu fault --control CTL ARGS...`.
+fn fault_cmd(ctl: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["fault", "--control", ctl.to_str().unwrap()];
+    all.extend_from_slice(args);
+    run(&all)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn fault_spec_errors_are_usage_errors_whether_syntax_or_an_unknown_function() {
+    let dir = tempdir();
+    let socket = dir.as_path().join("a.sock");
+    let socket = socket.to_str().unwrap();
+    // At start: a syntax error (clap's value parser) and an unknown function (found
+    // once the functions exist) exit alike.
+    for spec in ["move,every=0", "irq-drop@ism7"] {
+        let out = run(&["serve", "--socket", socket, "--fault", spec]);
+        assert_eq!(out.status.code(), Some(2), "{spec}: {}", stderr(&out));
+    }
+    // On a running emulator too.
+    let (_dir, _child, ctl) = serving();
+    for spec in ["move,every=0", "move@ism7", "cmd=reg_dmb@ism0,nxt=4"] {
+        let out = fault_cmd(&ctl, &["add", spec]);
+        assert_eq!(out.status.code(), Some(2), "{spec}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn an_unknown_key_is_named_unknown_with_the_kinds_keys() {
+    let (_dir, _child, ctl) = serving();
+    let out = fault_cmd(&ctl, &["add", "cmd=reg_dmb@ism0,nxt=4"]);
+    assert_eq!(
+        stderr(&out),
+        "ism-emu: the emulator refused: unknown key \"nxt\" (the keys of cmd: rc, next, every, prob, seed)\n"
+    );
+    let dir = tempdir();
+    let socket = dir.as_path().join("a.sock");
+    let out = run(&[
+        "serve",
+        "--socket",
+        socket.to_str().unwrap(),
+        "--fault",
+        "irq-drop@ism0,us=5",
+    ]);
+    let text = stderr(&out);
+    assert!(
+        text.contains("key \"us\" does not apply to irq-drop (its keys: next, every, prob, seed)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn clearing_a_rule_that_does_not_exist_fails() {
+    let (_dir, _child, ctl) = serving();
+    let out = fault_cmd(&ctl, &["clear", "99"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("no fault rule 99"),
+        "{}",
+        stderr(&out)
+    );
+    // Clearing all when there is none is no error.
+    let out = fault_cmd(&ctl, &["clear"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "removed 0\n");
+}
+
+#[test]
+fn an_action_whose_event_is_dropped_is_not_reported_done() {
+    let (_dir, _child, ctl) = serving();
+    // No guest is attached: ism1 has no event queue.
+    let out = fault_cmd(&ctl, &["add", "gid-disabled@ism1,peer=ism0"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = stderr(&out);
+    assert!(
+        text.contains("ism1 did not get the event: the function has no event queue"),
+        "{text}"
+    );
+    assert!(text.contains("nothing was done"), "{text}");
+}
+
+#[test]
+fn fault_list_prints_aligned_columns_and_json() {
+    let (_dir, _child, ctl) = serving();
+    assert!(fault_cmd(&ctl, &["add", "cmd=reg_dmb@ism0,next=4"])
+        .status
+        .success());
+    let out = fault_cmd(&ctl, &["list"]);
+    // As docs/faults.md shows it.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "rule     seen    fired spent  spec\n   1        0        0    no  cmd=reg_dmb@ism0,rc=0xffff,next=4\n"
+    );
+    let out = fault_cmd(&ctl, &["list", "--json"]);
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["faults"][0]["id"], 1);
+    assert_eq!(
+        json["faults"][0]["spec"],
+        "cmd=reg_dmb@ism0,rc=0xffff,next=4"
+    );
+    assert_eq!(json["faults"][0]["spent"], false);
+}
+
+#[test]
+fn a_socket_given_twice_is_refused_before_anything_is_bound() {
+    let dir = tempdir();
+    let socket = dir.as_path().join("a.sock");
+    let same = format!("{}/./a.sock", dir.as_path().display());
+    let ctl = dir.as_path().join("ctl");
+    let out = run(&[
+        "serve",
+        "--socket",
+        socket.to_str().unwrap(),
+        "--socket",
+        &same,
+        "--control",
+        ctl.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = stderr(&out);
+    assert!(text.contains("is given twice"), "{text}");
+    assert!(!text.contains("another emulator"), "{text}");
+    assert!(!socket.exists() && !ctl.exists());
+    // The control socket on a function's path: the same mistake.
+    let out = run(&[
+        "serve",
+        "--socket",
+        socket.to_str().unwrap(),
+        "--control",
+        socket.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("is also a --socket"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_socket_in_a_missing_directory_names_the_directory_once() {
+    let dir = tempdir();
+    let missing = dir.as_path().join("nope");
+    let socket = missing.join("a.sock");
+    let out = run(&[
+        "serve",
+        "--socket",
+        socket.to_str().unwrap(),
+        "--control",
+        dir.as_path().join("ctl").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stderr(&out);
+    let line = text.lines().find(|l| l.starts_with("ism-emu:")).unwrap();
+    assert_eq!(
+        line,
+        format!(
+            "ism-emu: cannot create socket {}: directory {} does not exist",
+            socket.display(),
+            missing.display()
+        )
+    );
+    // The same for the control socket.
+    let out = run(&[
+        "serve",
+        "--socket",
+        dir.as_path().join("a.sock").to_str().unwrap(),
+        "--control",
+        missing.join("ctl").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(&format!("directory {} does not exist", missing.display())),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_second_emulator_on_a_live_control_socket_is_told_to_pick_another() {
+    let (dir, _child, ctl) = serving();
+    let out = run(&[
+        "serve",
+        "--socket",
+        dir.as_path().join("c.sock").to_str().unwrap(),
+        "--control",
+        ctl.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("give this one --control PATH"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.as_path().join("c.sock").exists());
+    assert_answers(&ctl);
+}
+
+#[test]
+fn control_is_accepted_after_the_subcommand_too() {
+    let (_dir, _child, ctl) = serving();
+    let out = run(&["observe", "summary", "--control", ctl.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("VERDICT"));
+}
+
+#[test]
+fn control_defaults_to_one_path_for_every_command() {
+    let out = run(&["serve", "--help"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[default: /tmp/ism-emu.ctl]"));
+    for command in [["observe", "--help"], ["fault", "--help"]] {
+        let out = run(&command);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("[default: /tmp/ism-emu.ctl]"),
+            "{command:?}: {text}"
+        );
+    }
+}
+
+/// A snapshot with one DMB and the given reuse counts, as `observe summary --check`
+/// would get it from an emulator.
+fn check_exit_code(stale: u64, unchecked: u64, clean: u64) -> Option<i32> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+    let dir = tempdir();
+    let ctl = dir.as_path().join("ctl");
+    let listener = UnixListener::bind(&ctl).unwrap();
+    let snapshot = serde_json::json!({
+        "chid": "0x1234",
+        "functions": [],
+        "dmbs": [{
+            "function": "ism0", "gid": "0x1", "token": "0x100000000", "rgid": "0x2",
+            "len": 65536, "sba_idx": 32, "registered": true, "state": "closed",
+            "connections": stale + unchecked + clean + 1, "closes": 1,
+            "reuses": stale + unchecked + clean, "clean_reuses": clean,
+            "stale_reuses": stale, "unchecked_reuses": unchecked,
+            "zeroed_after_close": 0, "not_zeroed": 0,
+            "zero_delays_ms": {"le_ms": [], "counts": [], "over": 0, "count": 0, "max_ms": null},
+            "bytes": 0, "signals": 0, "recent": []
+        }]
+    });
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut request = String::new();
+        BufReader::new(&stream).read_line(&mut request).unwrap();
+        assert_eq!(request, "snapshot\n");
+        writeln!(&stream, "{snapshot}").unwrap();
+    });
+    let out = run(&[
+        "observe",
+        "summary",
+        "--check",
+        "--control",
+        ctl.to_str().unwrap(),
+    ]);
+    server.join().unwrap();
+    assert!(
+        out.status.code() != Some(1),
+        "the snapshot did not parse: {}",
+        stderr(&out)
+    );
+    out.status.code()
+}
+
+#[test]
+fn summary_check_exits_with_the_verdicts_documented_status() {
+    assert_eq!(check_exit_code(1, 1, 1), Some(3), "STALE");
+    assert_eq!(check_exit_code(0, 1, 1), Some(4), "UNKNOWN");
+    assert_eq!(check_exit_code(0, 0, 1), Some(0), "CLEAN");
+    assert_eq!(check_exit_code(0, 0, 0), Some(0), "no reuse");
+}
+
+#[test]
+fn summary_without_check_exits_0_whatever_the_verdict() {
+    // Scripts run `observe summary` for its tables: a STALE verdict is no error there.
+    let (_dir, _child, ctl) = serving();
+    let out = run(&["observe", "--control", ctl.to_str().unwrap(), "summary"]);
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn timeline_out_dash_writes_to_stdout() {
+    let dir = tempdir();
+    let events = dir.as_path().join("events.jsonl");
+    std::fs::write(
+        &events,
+        "{\"time_us\":1,\"function\":\"ism0\",\"gid\":\"0x1\",\"kind\":\"function_attached\"}\n",
+    )
+    .unwrap();
+    let out = run(&[
+        "observe",
+        "timeline",
+        "--from",
+        events.to_str().unwrap(),
+        "--out",
+        "-",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["traceEvents"].is_array());
+    assert!(!Path::new("-").exists() && !dir.as_path().join("-").exists());
+}
+
+#[test]
+fn a_bare_chid_is_refused_and_hex_is_read_as_hex() {
+    let dir = tempdir();
+    let socket = dir.as_path().join("a.sock");
+    let out = run(&[
+        "serve",
+        "--chid",
+        "1234",
+        "--socket",
+        socket.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("write the CHID in hex with 0x (e.g. 0x1234)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["serve", "--help"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("a bare number is refused"));
+}
+
+#[test]
+fn replay_of_a_binary_file_says_it_is_not_a_trace() {
+    let dir = tempdir();
+    let file = dir.as_path().join("binary");
+    std::fs::write(&file, [0xff, 0xfe, 0x00, 0x80, b'\n', 0xc3]).unwrap();
+    let out = run(&["replay", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stderr(&out);
+    assert!(text.contains("not an ism-emu trace"), "{text}");
+    assert!(!text.contains("UTF-8"), "{text}");
+    // timeline --from takes an event file or a trace: neither.
+    let out = run(&[
+        "observe",
+        "timeline",
+        "--from",
+        file.to_str().unwrap(),
+        "--out",
+        "-",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stderr(&out);
+    assert!(
+        text.contains("line 1: not text: not an event file"),
+        "{text}"
+    );
+    assert!(!text.contains("UTF-8"), "{text}");
+}
+
+#[test]
+fn log_lines_carry_a_utc_clock_and_the_level_can_be_set_on_the_command_line() {
+    let dir = tempdir();
+    let ctl = dir.as_path().join("ctl");
+    let mut child = Running::spawn(
+        Command::new(BIN)
+            .args(["serve", "--log-level", "warn", "--socket"])
+            .arg(dir.as_path().join("a.sock"))
+            .arg("--control")
+            .arg(&ctl)
+            .env("RUST_LOG", "debug")
+            .stderr(Stdio::piped()),
+    );
+    assert!(wait_for(&ctl));
+    child.signal(Signal::SIGTERM);
+    assert!(child.wait().unwrap().success());
+    let mut quiet = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut quiet)
+        .unwrap();
+    assert_eq!(quiet, "", "--log-level warn replaces RUST_LOG=debug");
+    let mut child = Running::spawn(
+        Command::new(BIN)
+            .args(["serve", "-v", "--socket"])
+            .arg(dir.as_path().join("a.sock"))
+            .arg("--control")
+            .arg(&ctl)
+            .env_remove("RUST_LOG")
+            .stderr(Stdio::piped()),
+    );
+    assert!(wait_for(&ctl));
+    child.signal(Signal::SIGTERM);
+    assert!(child.wait().unwrap().success());
+    let mut log = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    let first = log.lines().next().unwrap_or_default();
+    // [21:03:04.123Z INFO  ism_emu] fabric CHID ...
+    let clock = &first[1..first.find(' ').unwrap()];
+    assert_eq!(clock.len(), 13, "{first}");
+    assert!(
+        clock.ends_with('Z') && clock.as_bytes()[2] == b':',
+        "{first}"
+    );
+    assert!(first.contains(" INFO  ism_emu] fabric CHID"), "{first}");
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_command_line_definition() {
+    let out = run(&["completions", "bash"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ism-emu") && text.contains("--control"),
+        "{text}"
+    );
+    let out = run(&["man"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains(".TH ism-emu 1"));
+    let dir = tempdir();
+    // A directory that does not exist yet is created, as an install step needs.
+    let man1 = dir.as_path().join("share/man/man1");
+    let out = run(&["man", "--dir", man1.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for page in ["ism-emu.1", "ism-emu-serve.1", "ism-emu-observe-summary.1"] {
+        assert!(man1.join(page).exists(), "{page}");
+    }
+}
+
+#[test]
+fn help_documents_the_exit_statuses() {
+    for command in [
+        &["--help"][..],
+        &["fault", "--help"],
+        &["observe", "--help"],
+    ] {
+        let out = run(command);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Exit status: 0 success; 1 failure; 2 usage error"),
+            "{command:?}: {text}"
+        );
+    }
+    let out = run(&["observe", "summary", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Exit with 3 if the verdict is STALE, 4 if it is UNKNOWN"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_dropped_event_warning_prints_the_event_in_hex() {
+    let dir = tempdir();
+    let ctl = dir.as_path().join("ctl");
+    let mut child = Running::spawn(
+        Command::new(BIN)
+            .args(["serve", "--chid", "0x42", "--socket"])
+            .arg(dir.as_path().join("a.sock"))
+            .arg("--socket")
+            .arg(dir.as_path().join("b.sock"))
+            .arg("--control")
+            .arg(&ctl)
+            .env_remove("RUST_LOG")
+            .stderr(Stdio::piped()),
+    );
+    assert!(wait_for(&ctl));
+    let out = fault_cmd(&ctl, &["add", "gid-disabled@ism1,peer=ism0"]);
+    assert_eq!(out.status.code(), Some(1));
+    child.signal(Signal::SIGTERM);
+    assert!(child.wait().unwrap().success());
+    let mut log = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("dropped"))
+        .unwrap_or_default();
+    assert!(
+        line.ends_with(
+            "ism1 (gid 0x00420049534d0002): GID event code 7 (GID disabled) for GID 0x00420049534d0001 dropped: no IEQ/SBA registered"
+        ),
+        "{log}"
+    );
+}
+
+#[test]
+fn completions_into_a_closed_pipe_fail_without_a_panic() {
+    // A pipe whose reading end is closed before the child starts: its write fails with
+    // EPIPE (Rust programs ignore SIGPIPE), whatever the timing.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = Running::spawn(
+        Command::new(BIN)
+            .args(["completions", "bash"])
+            .stdout(writer)
+            .stderr(Stdio::piped()),
+    );
+    let status = child.wait().unwrap();
+    let mut text = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(!text.contains("panicked"), "{text}");
+    assert_eq!(status.code(), Some(1), "{text}");
+}
+
+#[test]
+fn observe_into_a_closed_pipe_fails_without_a_panic() {
+    let (_dir, _child, ctl) = serving();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = Running::spawn(
+        Command::new(BIN)
+            .args(["observe", "--control", ctl.to_str().unwrap(), "summary"])
+            .stdout(writer)
+            .stderr(Stdio::piped()),
+    );
+    let status = child.wait().unwrap();
+    let mut text = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(!text.contains("panicked"), "{text}");
+    assert_eq!(status.code(), Some(1), "{text}");
 }

@@ -66,7 +66,7 @@ impl Fabric {
                 Peer::Gid(gid) => *gid,
             };
             let receiver = receiver.ok_or(FaultSpecError::NoReceiver)?;
-            self.inject_gid_disabled(st, receiver, peer_gid, spec);
+            self.inject_gid_disabled(st, receiver, peer_gid, spec)?;
             return Ok(FaultAdded::Done);
         }
         let text = spec.to_string();
@@ -253,7 +253,7 @@ impl Fabric {
         receiver: FunctionId,
         peer_gid: u64,
         spec: &FaultSpec,
-    ) {
+    ) -> Result<(), FaultSpecError> {
         let event = Event {
             kind: EventType::Gid,
             code: gid_code::GID_DISABLED,
@@ -261,13 +261,20 @@ impl Fabric {
             time: now_us(),
             info: 0,
         };
-        st.functions[receiver].post_event(&event, true);
+        let function = &mut st.functions[receiver];
+        function
+            .post_event(&event, true)
+            .map_err(|lost| FaultSpecError::NotDelivered {
+                function: function.name.clone(),
+                reason: lost.to_string(),
+            })?;
         let fired = Fired {
             rule: 0,
             spec: spec.to_string(),
             detail: format!("GID-disabled event for {peer_gid:#018x} queued"),
         };
         self.report(receiver, None, &fired);
+        Ok(())
     }
 }
 

@@ -106,29 +106,42 @@ impl FunctionState {
     }
 
     /// Queues an event and raises the interrupt. Lost events are logged, not fatal: the
-    /// guest may have unregistered its queue or unmapped it.
-    fn post_event(&mut self, event: &Event, interrupt: bool) {
+    /// guest may have unregistered its queue or unmapped it. Whoever asked for the event
+    /// learns why it was lost (a host's `fault add` must not report it as done).
+    fn post_event(&mut self, event: &Event, interrupt: bool) -> Result<(), EventLost> {
         let (Some(ieq), Some(sba)) = (self.ieq.as_mut(), self.sba) else {
             guest_log!(
                 Warn,
                 self.name,
                 self.gid,
-                "event {event:?} dropped: no IEQ/SBA registered"
+                "{event} dropped: no IEQ/SBA registered"
             );
-            return;
+            return Err(EventLost::NoQueue);
         };
         if let Err(e) = ieq
             .push(&self.dma, event)
             .and_then(|()| sba.set_event_pending(&self.dma))
         {
-            guest_log!(Warn, self.name, self.gid, "event {event:?} dropped: {e}");
-            return;
+            guest_log!(Warn, self.name, self.gid, "{event} dropped: {e}");
+            return Err(EventLost::Dma(e));
         }
         self.counters.events_in += 1;
         if interrupt {
             self.interrupt();
         }
+        Ok(())
     }
+}
+
+/// Why an event did not reach a function's event queue.
+#[derive(Debug, thiserror::Error)]
+pub enum EventLost {
+    #[error("the function has no event queue (no guest driver registered its IEQ and SBA)")]
+    NoQueue,
+    // The cause in the message, not as a source: this error ends up as text in a
+    // control socket's answer.
+    #[error("its event queue could not be written: {0}")]
+    Dma(DmaError),
 }
 
 pub struct FabricState {
@@ -297,6 +310,7 @@ impl Fabric {
         self.trace(|_| Record::Attach { f: id });
         let f = &mut st.functions[id];
         f.attached = true;
+        f.counters.attaches += 1;
         guest_log!(Info, f.name, f.gid, "client attached");
         self.events.function_attached(&f.name, f.gid);
     }
@@ -362,7 +376,8 @@ impl Fabric {
             .iter_mut()
             .filter(|p| p.attached && peers.contains(&p.gid))
         {
-            peer.post_event(&event, true);
+            // Lost events are logged by post_event; the reset goes on regardless.
+            let _ = peer.post_event(&event, true);
         }
     }
 

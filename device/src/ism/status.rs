@@ -97,6 +97,36 @@ pub enum EventType {
     Software = 2,
 }
 
+impl std::fmt::Display for Event {
+    /// As the log prints identifiers everywhere else: GIDs with 16 hex digits, tokens
+    /// in hex (the Debug form printed them in decimal).
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            EventType::Gid => {
+                let what = match self.code {
+                    gid_code::GID_DISABLED => " (GID disabled)",
+                    _ => "",
+                };
+                write!(
+                    out,
+                    "GID event code {}{what} for GID {:#018x}",
+                    self.code, self.tok
+                )
+            }
+            EventType::Dmb => write!(
+                out,
+                "DMB event code {} for token {:#x} (info {:#x})",
+                self.code, self.tok, self.info
+            ),
+            EventType::Software => write!(
+                out,
+                "software event code {:#x} from GID {:#018x} (info {:#x})",
+                self.code, self.tok, self.info
+            ),
+        }
+    }
+}
+
 /// GID event codes.
 pub mod gid_code {
     /// The peer's GID went away (its function was reset or its guest disconnected).
@@ -204,5 +234,30 @@ mod tests {
         assert_eq!(seen[15], 1, "16th entry lands in slot 0 again");
         let slot1_code = u32::from_be_bytes(ram.read(32 + 32 + 4, 4).unwrap().try_into().unwrap());
         assert_eq!(slot1_code, 16);
+    }
+
+    #[test]
+    fn events_print_their_gids_and_tokens_in_hex() {
+        let gid = Event {
+            kind: EventType::Gid,
+            code: gid_code::GID_DISABLED,
+            tok: 0x1234_0049_534d_0002,
+            time: 1,
+            info: 0,
+        };
+        assert_eq!(
+            gid.to_string(),
+            "GID event code 7 (GID disabled) for GID 0x12340049534d0002"
+        );
+        let dmb = Event {
+            kind: EventType::Dmb,
+            tok: 0x1_0000_0000,
+            info: 0x20,
+            ..gid
+        };
+        assert_eq!(
+            dmb.to_string(),
+            "DMB event code 7 for token 0x100000000 (info 0x20)"
+        );
     }
 }

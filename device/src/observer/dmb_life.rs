@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::json::hex;
+use super::json::{gid, hex};
 use super::{ObservedEvent, What, ZERO_WATCH_LIMIT};
 use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
@@ -54,11 +54,11 @@ pub enum ConnState {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DmbSummary {
     pub function: String,
-    #[serde(with = "hex")]
+    #[serde(with = "gid")]
     pub gid: u64,
     #[serde(with = "hex")]
     pub token: u64,
-    #[serde(with = "hex")]
+    #[serde(with = "gid")]
     pub rgid: u64,
     pub len: u32,
     pub sba_idx: u32,

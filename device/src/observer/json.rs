@@ -53,3 +53,18 @@ pub mod chid {
         u16::try_from(value).map_err(D::Error::custom)
     }
 }
+
+/// Serde for a GID: always 16 hex digits (`"0x00420049534d0001"`), as the log prints it,
+/// so that one GID is the same string in the log, the tables and the JSON. Reads any
+/// `0x` hex number (files written before GIDs were padded).
+pub mod gid {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{value:#018x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        super::hex::parse(&String::deserialize(d)?).map_err(D::Error::custom)
+    }
+}

@@ -32,13 +32,13 @@ use crate::dmb::{now_us, Dmb};
 use crate::fault::Fired;
 use crate::ism::MoveAddress;
 pub use dmb_life::{DmbLife, DmbSummary, ReuseCheck, ZeroScan, ZeroWatch};
-use json::{hex, hex_opt};
+use json::{gid, hex, hex_opt};
 
 /// One line of the event stream: which function (and DMB) it is about, and what happened.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ObservedEvent {
     pub function: String,
-    #[serde(with = "hex")]
+    #[serde(with = "gid")]
     pub gid: u64,
     /// The DMB's token, for DMB and connection events.
     #[serde(with = "hex_opt", skip_serializing_if = "Option::is_none")]
@@ -56,7 +56,7 @@ pub enum What {
         reason: String,
     },
     DmbRegistered {
-        #[serde(with = "hex")]
+        #[serde(with = "gid")]
         rgid: u64,
         #[serde(with = "hex")]
         iova: u64,
@@ -68,7 +68,7 @@ pub enum What {
         connections: u64,
     },
     ConnOpened {
-        #[serde(with = "hex")]
+        #[serde(with = "gid")]
         rgid: u64,
         conn: u64,
     },
@@ -662,7 +662,7 @@ mod tests {
         let event = ObservedEvent::function("ism1", 2, What::FunctionAttached);
         assert_eq!(
             to_json_line(5, &event),
-            r#"{"time_us":5,"function":"ism1","gid":"0x2","kind":"function_attached"}"#
+            r#"{"time_us":5,"function":"ism1","gid":"0x0000000000000002","kind":"function_attached"}"#
         );
     }
 }

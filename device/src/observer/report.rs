@@ -9,12 +9,15 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::dmb_life::{ConnState, DmbSummary, DELAY_BOUNDS_MS};
-use super::json::{chid, hex, hex_opt};
+use super::json::{chid, gid, hex_opt};
 use super::timing::ServiceTimes;
 
 /// Per-function counters, kept by the fabric.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
+    /// Clients (QEMUs) that attached over the run: `attached` is only the state now.
+    #[serde(default)]
+    pub attaches: u64,
     pub commands: u64,
     pub command_errors: u64,
     pub moves_out: u64,
@@ -38,7 +41,7 @@ pub struct Counters {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FunctionView {
     pub name: String,
-    #[serde(with = "hex")]
+    #[serde(with = "gid")]
     pub gid: u64,
     pub attached: bool,
     #[serde(with = "hex_opt")]
@@ -60,7 +63,9 @@ pub struct Snapshot {
     pub dmbs: Vec<DmbSummary>,
 }
 
-/// `observe functions`: the fabric's CHID, then a row per function.
+/// `observe functions`: the fabric's CHID, then a row per function. `ATTACHED` and
+/// `DMBS` are the state now; after a run (guests gone) they read `no` and 0, so
+/// `CLIENTS` and `DMBS_SEEN` say what the run had, like the other counters.
 pub struct FunctionsTable<'a>(pub &'a Snapshot);
 
 impl fmt::Display for FunctionsTable<'_> {
@@ -68,7 +73,7 @@ impl fmt::Display for FunctionsTable<'_> {
         writeln!(out, "fabric CHID {:#06x}", self.0.chid)?;
         writeln!(
             out,
-            "{:<6} {:<18} {:<8} {:>5} {:>9} {:>12} {:>9} {:>12} {:>8} {:>6} {:>6} {:>8}",
+            "{:<6} {:<18} {:<8} {:>5} {:>9} {:>12} {:>9} {:>12} {:>8} {:>6} {:>6} {:>8} {:>7} {:>9}",
             "FUNC",
             "GID",
             "ATTACHED",
@@ -80,15 +85,18 @@ impl fmt::Display for FunctionsTable<'_> {
             "SIGNALS",
             "EVENTS",
             "IRQS",
-            "REJECTED"
+            "REJECTED",
+            "CLIENTS",
+            "DMBS_SEEN"
         )?;
         for f in &self.0.functions {
             let c = &f.counters;
+            let seen = self.0.dmbs.iter().filter(|d| d.function == f.name).count();
             writeln!(
                 out,
-                "{:<6} {:<18} {:<8} {:>5} {:>9} {:>12} {:>9} {:>12} {:>8} {:>6} {:>6} {:>8}",
+                "{:<6} {:<18} {:<8} {:>5} {:>9} {:>12} {:>9} {:>12} {:>8} {:>6} {:>6} {:>8} {:>7} {:>9}",
                 f.name,
-                format!("{:#x}", f.gid),
+                format!("{:#018x}", f.gid),
                 if f.attached { "yes" } else { "no" },
                 f.dmbs_owned,
                 c.moves_out,
@@ -99,9 +107,14 @@ impl fmt::Display for FunctionsTable<'_> {
                 c.events_in,
                 c.interrupts,
                 c.moves_rejected + c.command_errors,
+                c.attaches,
+                seen,
             )?;
         }
-        Ok(())
+        writeln!(
+            out,
+            "(ATTACHED, DMBS: now; the other columns: totals since the emulator started)"
+        )
     }
 }
 
@@ -115,7 +128,9 @@ impl ConnState {
     }
 }
 
-/// The bucket bound of the median zeroing delay and the maximum, or "-".
+/// The median zeroing delay as the bound of its histogram bucket (`<=10`: the snapshot
+/// keeps a histogram, not the delays), then the exact maximum; or "-". The heading,
+/// `ZERO_MS(<=med/max)`, says the same.
 fn delays(summary: &DmbSummary) -> String {
     let h = &summary.zero_delays_ms;
     match (h.median_at_most(), h.max_ms) {
@@ -135,7 +150,7 @@ impl fmt::Display for DmbsTable<'_> {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             out,
-            "{:<6} {:<14} {:<18} {:>7} {:>4} {:<12} {:>5} {:>6} {:>5} {:>5} {:>6} {:>14} {:>12}",
+            "{:<6} {:<14} {:<18} {:>7} {:>4} {:<12} {:>5} {:>6} {:>5} {:>5} {:>6} {:>18} {:>12}",
             "FUNC",
             "TOKEN",
             "PEER",
@@ -147,7 +162,7 @@ impl fmt::Display for DmbsTable<'_> {
             "CLEAN",
             "STALE",
             "ZEROED",
-            "ZERO_MS(med/max)",
+            "ZERO_MS(<=med/max)",
             "BYTES"
         )?;
         for d in &self.0.dmbs {
@@ -158,7 +173,7 @@ impl fmt::Display for DmbsTable<'_> {
             };
             writeln!(
                 out,
-                "{:<6} {:<14} {:<18} {:>7} {:>4} {:<12} {:>5} {:>6} {:>5} {:>5} {:>6} {:>14} {:>12}",
+                "{:<6} {:<14} {:<18} {:>7} {:>4} {:<12} {:>5} {:>6} {:>5} {:>5} {:>6} {:>18} {:>12}",
                 d.function,
                 format!("{:#x}", d.token),
                 format!("{:#018x}", d.rgid),
@@ -201,6 +216,8 @@ impl fmt::Display for ConnsTable<'_> {
                     format!("{:.1}", closed.saturating_sub(c.opened_us) as f64 / 1e3)
                 });
                 let reuse = match c.reuse_clean {
+                    // A reuse that could not be read is not "no reuse".
+                    None if c.reuse_unknown.is_some() => "unchecked".to_string(),
                     None => "-".to_string(),
                     Some(true) => "clean".to_string(),
                     Some(false) => format!("STALE {}B", c.stale_bytes),
@@ -229,6 +246,35 @@ impl fmt::Display for ConnsTable<'_> {
     }
 }
 
+/// What the reuses of a snapshot's DMBs add up to (`observe summary --check` turns it
+/// into the exit status).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerdictKind {
+    /// A reused DMB still held an earlier connection's bytes.
+    Stale,
+    /// Some reuse could not be checked, none was seen stale.
+    Unknown,
+    /// Every reuse was read and was zero.
+    Clean,
+    /// No DMB was reused: nothing to judge.
+    NoReuse,
+}
+
+impl VerdictKind {
+    pub fn of(snap: &Snapshot) -> Self {
+        let sum = |field: fn(&DmbSummary) -> u64| snap.dmbs.iter().map(field).sum::<u64>();
+        if sum(|d| d.stale_reuses) > 0 {
+            Self::Stale
+        } else if sum(|d| d.unchecked_reuses) > 0 {
+            Self::Unknown
+        } else if sum(|d| d.reuses) > 0 {
+            Self::Clean
+        } else {
+            Self::NoReuse
+        }
+    }
+}
+
 /// The summary's last lines: totals and a verdict on zeroing and reuse.
 pub struct Verdict<'a>(pub &'a Snapshot);
 
@@ -236,8 +282,6 @@ impl fmt::Display for Verdict<'_> {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
         let dmbs = &self.0.dmbs;
         let sum = |field: fn(&DmbSummary) -> u64| dmbs.iter().map(field).sum::<u64>();
-        let stale = sum(|d| d.stale_reuses);
-        let reuses = sum(|d| d.reuses);
         writeln!(
             out,
             "{} DMBs, {} connections, {} closes, {} zeroed after close, {} reuses ({} clean, {} stale, {} unchecked)",
@@ -245,29 +289,26 @@ impl fmt::Display for Verdict<'_> {
             sum(|d| d.connections),
             sum(|d| d.closes),
             sum(|d| d.zeroed_after_close),
-            reuses,
+            sum(|d| d.reuses),
             sum(|d| d.clean_reuses),
-            stale,
+            sum(|d| d.stale_reuses),
             sum(|d| d.unchecked_reuses)
         )?;
-        let unchecked = sum(|d| d.unchecked_reuses);
-        if stale > 0 {
-            writeln!(
+        match VerdictKind::of(self.0) {
+            VerdictKind::Stale => writeln!(
                 out,
                 "VERDICT: STALE — a reused DMB still held an earlier connection's bytes"
-            )
-        } else if unchecked > 0 {
-            writeln!(
+            ),
+            VerdictKind::Unknown => writeln!(
                 out,
-                "VERDICT: UNKNOWN — {unchecked} reuse(s) could not be checked; none seen stale"
-            )
-        } else if reuses > 0 {
-            writeln!(
+                "VERDICT: UNKNOWN — {} reuse(s) could not be checked; none seen stale",
+                sum(|d| d.unchecked_reuses)
+            ),
+            VerdictKind::Clean => writeln!(
                 out,
                 "VERDICT: CLEAN — every reused DMB was zero when the next connection started"
-            )
-        } else {
-            writeln!(out, "VERDICT: no DMB reuse seen")
+            ),
+            VerdictKind::NoReuse => writeln!(out, "VERDICT: no DMB reuse seen"),
         }
     }
 }
@@ -276,7 +317,7 @@ impl fmt::Display for Verdict<'_> {
 mod tests {
     use super::*;
     use crate::dmb::Dmb;
-    use crate::observer::dmb_life::Tracker;
+    use crate::observer::dmb_life::{ConnRecord, Tracker};
 
     fn snapshot() -> Snapshot {
         let dmb = Dmb {
@@ -346,9 +387,16 @@ mod tests {
         assert!(text.starts_with("fabric CHID 0x1234\n"), "{text}");
         let row = text.lines().nth(2).unwrap();
         assert!(row.starts_with("ism0   0x12340049534d0001 yes"), "{row}");
-        assert!(
-            row.ends_with(" 3"),
+        let columns: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            columns[11], "3",
             "2 rejected moves + 1 failed command: {row}"
+        );
+        // CLIENTS and DMBS_SEEN: what the run had, whatever is attached now.
+        assert_eq!(columns[12..], ["0", "1"], "{row}");
+        assert!(
+            text.ends_with("totals since the emulator started)\n"),
+            "{text}"
         );
     }
 
@@ -369,6 +417,54 @@ mod tests {
             text,
             "1 DMBs, 0 connections, 0 closes, 0 zeroed after close, 0 reuses (0 clean, 0 stale, 0 unchecked)\n\
              VERDICT: no DMB reuse seen\n"
+        );
+    }
+
+    #[test]
+    fn conns_table_tells_an_unchecked_reuse_from_a_first_connection() {
+        let mut snap = snapshot();
+        let conn = |n, unknown: Option<&str>| ConnRecord {
+            conn: n,
+            opened_us: n * 1_000_000,
+            closed_us: Some(n * 1_000_000 + 500),
+            how: Some("close".into()),
+            bytes: 10,
+            reuse_clean: None,
+            reuse_unknown: unknown.map(str::to_string),
+            stale_bytes: 0,
+            zeroed_after_ms: None,
+            not_zeroed: false,
+        };
+        snap.dmbs[0].recent = vec![conn(1, None), conn(2, Some("over the read budget"))];
+        let text = ConnsTable(&snap).to_string();
+        let reuse = |row: &str| row.split_whitespace().nth(7).unwrap().to_string();
+        let rows: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(reuse(rows[0]), "-", "{text}");
+        assert_eq!(reuse(rows[1]), "unchecked", "{text}");
+    }
+
+    #[test]
+    fn the_verdict_kind_follows_the_worst_reuse() {
+        let mut snap = snapshot();
+        assert_eq!(VerdictKind::of(&snap), VerdictKind::NoReuse);
+        snap.dmbs[0].reuses = 3;
+        snap.dmbs[0].clean_reuses = 2;
+        assert_eq!(VerdictKind::of(&snap), VerdictKind::Clean);
+        snap.dmbs[0].unchecked_reuses = 1;
+        assert_eq!(VerdictKind::of(&snap), VerdictKind::Unknown);
+        snap.dmbs[0].stale_reuses = 1;
+        assert_eq!(VerdictKind::of(&snap), VerdictKind::Stale);
+    }
+
+    #[test]
+    fn the_zeroing_heading_says_the_median_is_a_bucket_bound() {
+        let text = DmbsTable(&snapshot()).to_string();
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .contains(" ZERO_MS(<=med/max) "),
+            "{text}"
         );
     }
 }

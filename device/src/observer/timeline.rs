@@ -42,6 +42,8 @@ pub enum TimelineError {
     },
     #[error("reading the events")]
     Read(#[source] std::io::Error),
+    #[error("line {0}: not text: not an event file (nor an ism-emu trace)")]
+    NotText(usize),
 }
 
 /// One line of the stream, as far as the timeline needs it (docs/observer.md).
@@ -308,7 +310,7 @@ impl TimelineBuilder {
             let name = if function == STREAM_FUNCTION {
                 "event stream".to_string()
             } else {
-                format!("{function} (GID {:#x})", process.gid)
+                format!("{function} (GID {:#018x})", process.gid)
             };
             metadata.push(TraceEvent::metadata("process_name", (pid, 0), "name", name));
             metadata.push(TraceEvent::metadata(
@@ -433,7 +435,8 @@ impl Track {
                 let mut open = OpenSlice::new(t, "registered");
                 open.args
                     .insert("token".into(), format!("{:#x}", self.token).into());
-                open.args.insert("rgid".into(), format!("{rgid:#x}").into());
+                open.args
+                    .insert("rgid".into(), format!("{rgid:#018x}").into());
                 open.args.insert("len".into(), len.into());
                 self.registration = Some(open);
             }
@@ -574,7 +577,12 @@ fn counters(pid: u32, conns: &[ConnSpan]) -> Vec<TraceEvent> {
 pub fn from_reader(reader: impl BufRead) -> Result<TraceDocument, TimelineError> {
     let mut builder = TimelineBuilder::default();
     for (i, line) in reader.lines().enumerate() {
-        builder.push_line(i + 1, &line.map_err(TimelineError::Read)?)?;
+        // A binary file is named as such, not as a UTF-8 error.
+        let line = line.map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => TimelineError::NotText(i + 1),
+            _ => TimelineError::Read(e),
+        })?;
+        builder.push_line(i + 1, &line)?;
     }
     Ok(builder.finish())
 }

@@ -33,6 +33,10 @@ use crate::pci::region_size;
 pub enum ServeError {
     #[error("socket {0} exists; is another emulator running? (remove it if not)")]
     SocketExists(PathBuf),
+    #[error("control socket {0} answers: another emulator is running with it; give this one --control PATH")]
+    ControlInUse(PathBuf),
+    #[error("cannot create socket {}: directory {} does not exist", path.display(), dir.display())]
+    NoDirectory { path: PathBuf, dir: PathBuf },
     #[error("cannot listen on {path}")]
     Listen {
         path: PathBuf,
@@ -74,7 +78,19 @@ pub fn spawn_function(fabric: Arc<Fabric>, id: FunctionId, path: &Path) -> Resul
     Ok(())
 }
 
+/// A socket's directory must exist: bind's ENOENT names neither it nor the path.
+fn directory_exists(path: &Path) -> Result<(), ServeError> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => Err(ServeError::NoDirectory {
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn listen(path: &Path) -> Result<UnixListener, ServeError> {
+    directory_exists(path)?;
     let listener = UnixListener::bind(path).map_err(|source| ServeError::Listen {
         path: path.to_path_buf(),
         source,
@@ -138,10 +154,11 @@ fn bind_control(path: &Path) -> Result<UnixListener, ServeError> {
             return Err(ServeError::ControlNotSocket(path.to_path_buf()));
         }
         if UnixStream::connect(path).is_ok() {
-            return Err(ServeError::SocketExists(path.to_path_buf()));
+            return Err(ServeError::ControlInUse(path.to_path_buf()));
         }
         let _ = std::fs::remove_file(path);
     }
+    directory_exists(path)?;
     let listener = UnixListener::bind(path).map_err(|source| ServeError::Control {
         path: path.to_path_buf(),
         source,
