@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK,
     VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE, VFIO_IRQ_SET_DATA_TYPE_MASK,
-    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX,
+    VFIO_PCI_ERR_IRQ_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -59,6 +59,15 @@ pub fn vector_count(index: u32) -> u32 {
 }
 
 pub const IRQ_INFO_FLAGS: u32 = VFIO_IRQ_INFO_EVENTFD;
+
+/// Whether `GET_IRQ_INFO` answers for index `index`. The error interrupt exists only for
+/// a PCI Express function: the kernel's vfio-pci refuses the question (EINVAL) for any
+/// other, and the ISM function has no PCI Express capability (pci/config_space.rs). So
+/// the emulator refuses it too, and QEMU, as with a passed-through function, stays
+/// silent instead of warning that it "could not enable error recovery".
+pub fn has_irq_info(index: u32) -> bool {
+    index != VFIO_PCI_ERR_IRQ_INDEX
+}
 
 #[derive(Default)]
 pub struct Interrupts {

@@ -295,3 +295,29 @@ fn dma_unmap_echoes_the_request() {
     assert_eq!(echo.address.get(), IOVA_BASE + 64 * PAGE);
     assert_eq!(echo.size.get(), PAGE);
 }
+
+#[test]
+fn irq_info_offers_msi_and_msix_and_refuses_the_error_interrupt_like_vfio_pci() {
+    let m = Machine::start(1);
+    let mut g = m.guest(0);
+    let ask = |g: &mut Guest, index: u32| {
+        let q = wire::IrqInfo {
+            argsz: (std::mem::size_of::<wire::IrqInfo>() as u32).into(),
+            flags: 0.into(),
+            index: index.into(),
+            count: 0.into(),
+        };
+        g.client
+            .call(cmd::DEVICE_GET_IRQ_INFO, q.as_bytes(), &[])
+            .unwrap()
+            .map(|body| wire::IrqInfo::read_from_bytes(&body).unwrap().count.get())
+    };
+    // INTx, MSI, MSI-X, error, request: the kernel's vfio-pci gives a function without a
+    // PCI Express capability no error interrupt, and QEMU warns if one is offered empty.
+    assert_eq!(ask(&mut g, 0), Ok(0));
+    assert_eq!(ask(&mut g, 1), Ok(1));
+    assert_eq!(ask(&mut g, 2), Ok(1));
+    assert_eq!(ask(&mut g, 3), Err(EINVAL));
+    assert_eq!(ask(&mut g, 4), Ok(0));
+    assert_eq!(ask(&mut g, 5), Err(EINVAL));
+}

@@ -25,7 +25,7 @@ use crate::backend::IsmBackend;
 use crate::control::Control;
 use crate::dmb::FunctionId;
 use crate::fabric::Fabric;
-use crate::interrupts::{vector_count, IRQ_INFO_FLAGS};
+use crate::interrupts::{has_irq_info, vector_count, IRQ_INFO_FLAGS};
 use crate::observer::{Observer, ZERO_POLL_INTERVAL};
 use crate::pci::region_size;
 
@@ -121,11 +121,13 @@ pub fn description() -> Description {
         })
         .collect();
     let irqs = (0..VFIO_PCI_NUM_IRQS)
-        .map(|index| wire::IrqInfo {
-            argsz: (size_of::<wire::IrqInfo>() as u32).into(),
-            flags: IRQ_INFO_FLAGS.into(),
-            index: index.into(),
-            count: vector_count(index).into(),
+        .map(|index| {
+            has_irq_info(index).then(|| wire::IrqInfo {
+                argsz: (size_of::<wire::IrqInfo>() as u32).into(),
+                flags: IRQ_INFO_FLAGS.into(),
+                index: index.into(),
+                count: vector_count(index).into(),
+            })
         })
         .collect();
     Description {

@@ -66,7 +66,8 @@ pub enum ConnectionError {
 #[derive(Clone, Debug)]
 pub struct Description {
     pub regions: Vec<wire::RegionInfo>,
-    pub irqs: Vec<wire::IrqInfo>,
+    /// One entry per interrupt index; `None` for an index whose info request is refused.
+    pub irqs: Vec<Option<wire::IrqInfo>>,
     /// Whether the device supports DEVICE_RESET.
     pub resettable: bool,
 }
@@ -278,7 +279,7 @@ impl<'a> Connection<'a> {
     fn irq_info(&mut self, header: &Header) -> Result<(), ConnectionError> {
         let found = parse::<wire::IrqInfo>(&self.body)
             .and_then(|asked| self.description.irqs.get(asked.index.get() as usize));
-        match found.copied() {
+        match found.copied().flatten() {
             Some(info) => self.answer_with(header, Ok(()), info.as_bytes()),
             None => self.answer(header, Err(EINVAL)),
         }
