@@ -178,6 +178,37 @@ fn an_existing_socket_path_is_refused_with_a_clear_message() {
 }
 
 #[test]
+fn a_stale_socket_is_replaced_and_a_live_one_refused() {
+    let dir = tempdir();
+    let dir = dir.as_path();
+    // What an emulator killed with SIGKILL leaves: a socket file nobody listens on.
+    drop(std::os::unix::net::UnixListener::bind(dir.join("a.sock")).unwrap());
+    assert!(dir.join("a.sock").exists());
+    let mut first = serve(dir);
+    assert!(wait_for(&dir.join("ctl")));
+    assert!(std::os::unix::net::UnixStream::connect(dir.join("a.sock")).is_ok());
+    // A second emulator on the first one's function socket: refused, and the first one's
+    // socket is left alone.
+    let other = dir.join("other.ctl");
+    let out = run(&[
+        "serve",
+        "--socket",
+        dir.join("a.sock").to_str().unwrap(),
+        "--control",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stderr(&out);
+    assert!(
+        text.contains("answers: another emulator serves it"),
+        "{text}"
+    );
+    assert!(std::os::unix::net::UnixStream::connect(dir.join("a.sock")).is_ok());
+    first.signal(Signal::SIGTERM);
+    assert!(first.wait().expect("still running after SIGTERM").success());
+}
+
+#[test]
 fn chid_zero_and_reserved_chids_are_refused() {
     let dir = tempdir();
     // A socket that `serve` could bind: only the CHID check can make it fail (and

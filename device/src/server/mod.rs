@@ -31,8 +31,10 @@ use crate::pci::region_size;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("socket {0} exists; is another emulator running? (remove it if not)")]
-    SocketExists(PathBuf),
+    #[error("socket {0} answers: another emulator serves it; stop that one, or give this one another --socket")]
+    SocketInUse(PathBuf),
+    #[error("{0} exists and is not a socket; refusing to replace it")]
+    NotSocket(PathBuf),
     #[error("control socket {0} answers: another emulator is running with it; give this one --control PATH")]
     ControlInUse(PathBuf),
     #[error("cannot create socket {}: directory {} does not exist", path.display(), dir.display())]
@@ -64,9 +66,6 @@ pub enum ServeError {
 /// Binds `path` and serves function `id` on it until the process ends. When a client goes
 /// away its state is dropped and the next client is accepted on the same socket.
 pub fn spawn_function(fabric: Arc<Fabric>, id: FunctionId, path: &Path) -> Result<(), ServeError> {
-    if path.exists() {
-        return Err(ServeError::SocketExists(path.to_path_buf()));
-    }
     let server = listen(path)?;
     let (name, _) = fabric.identity(id);
     let path = path.to_path_buf();
@@ -90,6 +89,7 @@ fn directory_exists(path: &Path) -> Result<(), ServeError> {
 }
 
 fn listen(path: &Path) -> Result<UnixListener, ServeError> {
+    replace_stale(path)?;
     directory_exists(path)?;
     let listener = UnixListener::bind(path).map_err(|source| ServeError::Listen {
         path: path.to_path_buf(),
@@ -148,17 +148,34 @@ fn owner_only(path: &Path) -> Result<(), ServeError> {
     })
 }
 
-/// Binds the control socket. A stale socket at `path` is replaced; anything else there
-/// (a file, a live emulator's socket) is refused and left alone.
+/// Removes a stale socket at `path`: one nobody listens on, left by an emulator that was
+/// killed before it could remove it. Anything else there (a file, a live emulator's
+/// socket) is refused and left alone. A live emulator sees the probe as a client that
+/// came and went.
+fn replace_stale(path: &Path) -> Result<(), ServeError> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(ServeError::NotSocket(path.to_path_buf()));
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(ServeError::SocketInUse(path.to_path_buf()));
+    }
+    log::info!(
+        "{}: replacing a stale socket nobody listens on",
+        path.display()
+    );
+    let _ = std::fs::remove_file(path);
+    Ok(())
+}
+
+/// Binds the control socket; a stale one is replaced as for a function socket.
 fn bind_control(path: &Path) -> Result<UnixListener, ServeError> {
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(ServeError::ControlNotSocket(path.to_path_buf()));
-        }
-        if UnixStream::connect(path).is_ok() {
-            return Err(ServeError::ControlInUse(path.to_path_buf()));
-        }
-        let _ = std::fs::remove_file(path);
+    match replace_stale(path) {
+        Err(ServeError::NotSocket(p)) => return Err(ServeError::ControlNotSocket(p)),
+        Err(ServeError::SocketInUse(p)) => return Err(ServeError::ControlInUse(p)),
+        other => other?,
     }
     directory_exists(path)?;
     let listener = UnixListener::bind(path).map_err(|source| ServeError::Control {
