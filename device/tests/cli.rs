@@ -855,41 +855,8 @@ fn replay_of_a_binary_file_says_it_is_not_a_trace() {
     assert!(!text.contains("UTF-8"), "{text}");
 }
 
-#[test]
-fn log_lines_carry_a_utc_clock_and_the_level_can_be_set_on_the_command_line() {
-    let dir = tempdir();
-    let ctl = dir.as_path().join("ctl");
-    let mut child = Running::spawn(
-        Command::new(BIN)
-            .args(["serve", "--log-level", "warn", "--socket"])
-            .arg(dir.as_path().join("a.sock"))
-            .arg("--control")
-            .arg(&ctl)
-            .env("RUST_LOG", "debug")
-            .stderr(Stdio::piped()),
-    );
-    assert!(wait_for(&ctl));
-    child.signal(Signal::SIGTERM);
-    assert!(child.wait().unwrap().success());
-    let mut quiet = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut quiet)
-        .unwrap();
-    assert_eq!(quiet, "", "--log-level warn replaces RUST_LOG=debug");
-    let mut child = Running::spawn(
-        Command::new(BIN)
-            .args(["serve", "-v", "--socket"])
-            .arg(dir.as_path().join("a.sock"))
-            .arg("--control")
-            .arg(&ctl)
-            .env_remove("RUST_LOG")
-            .stderr(Stdio::piped()),
-    );
-    assert!(wait_for(&ctl));
+/// Stops a serving emulator with SIGTERM (it must exit 0) and returns what it logged.
+fn stop_and_read_log(mut child: Running) -> String {
     child.signal(Signal::SIGTERM);
     assert!(child.wait().unwrap().success());
     let mut log = String::new();
@@ -900,6 +867,36 @@ fn log_lines_carry_a_utc_clock_and_the_level_can_be_set_on_the_command_line() {
         .unwrap()
         .read_to_string(&mut log)
         .unwrap();
+    log
+}
+
+#[test]
+fn log_lines_carry_a_utc_clock_and_the_level_can_be_set_on_the_command_line() {
+    let dir = tempdir();
+    let ctl = dir.as_path().join("ctl");
+    let child = Running::spawn(
+        Command::new(BIN)
+            .args(["serve", "--log-level", "warn", "--socket"])
+            .arg(dir.as_path().join("a.sock"))
+            .arg("--control")
+            .arg(&ctl)
+            .env("RUST_LOG", "debug")
+            .stderr(Stdio::piped()),
+    );
+    assert!(wait_for(&ctl));
+    let quiet = stop_and_read_log(child);
+    assert_eq!(quiet, "", "--log-level warn replaces RUST_LOG=debug");
+    let child = Running::spawn(
+        Command::new(BIN)
+            .args(["serve", "-v", "--socket"])
+            .arg(dir.as_path().join("a.sock"))
+            .arg("--control")
+            .arg(&ctl)
+            .env_remove("RUST_LOG")
+            .stderr(Stdio::piped()),
+    );
+    assert!(wait_for(&ctl));
+    let log = stop_and_read_log(child);
     let first = log.lines().next().unwrap_or_default();
     // [21:03:04.123Z INFO  ism_emu] fabric CHID ...
     let clock = &first[1..first.find(' ').unwrap()];
@@ -959,7 +956,7 @@ fn help_documents_the_exit_statuses() {
 fn the_dropped_event_warning_prints_the_event_in_hex() {
     let dir = tempdir();
     let ctl = dir.as_path().join("ctl");
-    let mut child = Running::spawn(
+    let child = Running::spawn(
         Command::new(BIN)
             .args(["serve", "--chid", "0x42", "--socket"])
             .arg(dir.as_path().join("a.sock"))
@@ -973,16 +970,7 @@ fn the_dropped_event_warning_prints_the_event_in_hex() {
     assert!(wait_for(&ctl));
     let out = fault_cmd(&ctl, &["add", "gid-disabled@ism1,peer=ism0"]);
     assert_eq!(out.status.code(), Some(1));
-    child.signal(Signal::SIGTERM);
-    assert!(child.wait().unwrap().success());
-    let mut log = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let log = stop_and_read_log(child);
     let line = log
         .lines()
         .find(|l| l.contains("dropped"))
@@ -995,15 +983,15 @@ fn the_dropped_event_warning_prints_the_event_in_hex() {
     );
 }
 
-#[test]
-fn completions_into_a_closed_pipe_fail_without_a_panic() {
-    // A pipe whose reading end is closed before the child starts: its write fails with
-    // EPIPE (Rust programs ignore SIGPIPE), whatever the timing.
+/// Runs `ism-emu ARGS` with its stdout a pipe whose reading end is closed before the
+/// child starts: its write fails with EPIPE (Rust programs ignore SIGPIPE), whatever the
+/// timing. It must end with status 1 and a message, not a panic.
+fn assert_closed_stdout_fails_cleanly(args: &[&str]) {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
     let mut child = Running::spawn(
         Command::new(BIN)
-            .args(["completions", "bash"])
+            .args(args)
             .stdout(writer)
             .stderr(Stdio::piped()),
     );
@@ -1021,25 +1009,12 @@ fn completions_into_a_closed_pipe_fail_without_a_panic() {
 }
 
 #[test]
+fn completions_into_a_closed_pipe_fail_without_a_panic() {
+    assert_closed_stdout_fails_cleanly(&["completions", "bash"]);
+}
+
+#[test]
 fn observe_into_a_closed_pipe_fails_without_a_panic() {
     let (_dir, _child, ctl) = serving();
-    let (reader, writer) = std::io::pipe().unwrap();
-    drop(reader);
-    let mut child = Running::spawn(
-        Command::new(BIN)
-            .args(["observe", "--control", ctl.to_str().unwrap(), "summary"])
-            .stdout(writer)
-            .stderr(Stdio::piped()),
-    );
-    let status = child.wait().unwrap();
-    let mut text = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut text)
-        .unwrap();
-    assert!(!text.contains("panicked"), "{text}");
-    assert_eq!(status.code(), Some(1), "{text}");
+    assert_closed_stdout_fails_cleanly(&["observe", "--control", ctl.to_str().unwrap(), "summary"]);
 }
