@@ -717,12 +717,7 @@ fn is_trace(path: &Path) -> bool {
 
 /// A trace's timeline: the trace replayed into an event file, which is then converted.
 fn timeline_of_trace(path: &Path) -> Result<TraceDocument, CliError> {
-    let events =
-        std::env::temp_dir().join(format!("ism-emu-timeline-{}.jsonl", std::process::id()));
-    let file = std::fs::File::create(&events).map_err(|source| CliError::EventFile {
-        path: events.clone(),
-        source,
-    })?;
+    let (events, file) = private_temp_file("ism-emu-timeline", "jsonl")?;
     let observer = Arc::new(Observer::new(Some(file)));
     let replayed = ism_emu::replay::replay(path, Arc::clone(&observer));
     observer.sync();
@@ -743,6 +738,34 @@ fn timeline_of_trace(path: &Path) -> Result<TraceDocument, CliError> {
     });
     let _ = std::fs::remove_file(&events);
     doc
+}
+
+/// A new file in the temporary directory that only this user can read. The name is not
+/// guessable in advance, and `create_new` (O_EXCL) never follows a link another user
+/// planted there: a name that exists is skipped, never opened.
+fn private_temp_file(stem: &str, ext: &str) -> Result<(PathBuf, std::fs::File), CliError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::temp_dir();
+    let mut attempt = 0u32;
+    loop {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = dir.join(format!(
+            "{stem}-{}-{nanos:08x}{attempt:02x}.{ext}",
+            std::process::id()
+        ));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 63 => attempt += 1,
+            Err(source) => return Err(CliError::EventFile { path, source }),
+        }
+    }
 }
 
 /// Writes the timeline to `out`, or to stdout for `-` (as other tools read it).
@@ -777,4 +800,21 @@ fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::private_temp_file;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn temp_files_are_new_private_and_distinct() {
+        let (a, _fa) = private_temp_file("ism-emu-test", "jsonl").unwrap();
+        let (b, _fb) = private_temp_file("ism-emu-test", "jsonl").unwrap();
+        assert_ne!(a, b);
+        let mode = std::fs::metadata(&a).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        let _ = std::fs::remove_file(a);
+        let _ = std::fs::remove_file(b);
+    }
 }
