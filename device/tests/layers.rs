@@ -34,6 +34,69 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The items of a `{..}` group up to its closing brace, split at the commas of its own
+/// level: `fabric::{Fabric, Moves}, server` gives `fabric::{..}` and `server`, so a
+/// nested group neither ends the group early nor hides the items after it.
+fn top_level_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(group[start..i].trim());
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(group[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(group[start..].trim());
+    items
+}
+
+/// `text` without its test-only items: each `#[cfg(test)]` and the item it guards (up to
+/// its `;`, or through its matching `}`), so that code after a unit-test module is
+/// still read.
+fn without_test_items(text: &str) -> String {
+    let mut kept = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        kept.push_str(&rest[..at]);
+        let item = &rest[at..];
+        let end = match (item.find(';'), item.find('{')) {
+            (Some(semi), Some(open)) if semi < open => semi + 1,
+            (_, Some(open)) => {
+                let mut depth = 0usize;
+                let mut close = item.len();
+                for (i, c) in item[open..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                close = open + i + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                close
+            }
+            (Some(semi), None) => semi + 1,
+            (None, None) => item.len(),
+        };
+        rest = &item[end..];
+    }
+    kept.push_str(rest);
+    kept
+}
+
 /// The top-level modules named by `crate::` (or `ism_emu::`) paths in `code`.
 fn used_modules(code: &str) -> Vec<String> {
     let mut used = Vec::new();
@@ -41,10 +104,7 @@ fn used_modules(code: &str) -> Vec<String> {
         for (at, _) in code.match_indices(prefix) {
             let rest = &code[at + prefix.len()..];
             let names = match rest.strip_prefix('{') {
-                Some(group) => group[..group.find('}').unwrap_or(group.len())]
-                    .split(',')
-                    .map(str::trim)
-                    .collect(),
+                Some(group) => top_level_items(group),
                 None => vec![rest],
             };
             for name in names {
@@ -79,8 +139,8 @@ fn every_module_uses_only_layers_below_it() {
         if text.contains("#![cfg(test)]") {
             continue; // a unit-test helper
         }
-        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-        for used in used_modules(code) {
+        let code = without_test_items(&text);
+        for used in used_modules(&code) {
             if used == module || layer_of(&used).is_none() {
                 continue; // within the module, or an item of lib.rs
             }
@@ -96,4 +156,16 @@ fn every_module_uses_only_layers_below_it() {
 fn grouped_and_nested_paths_are_read() {
     let code = "use crate::{fabric::Fabric, dmb};\nlet x = crate::ism::MAX;";
     assert_eq!(used_modules(code), ["fabric", "dmb", "ism"]);
+}
+
+#[test]
+fn an_upward_use_in_a_nested_group_or_after_a_test_module_is_seen() {
+    // Both were missed by the first reader: it stopped at the first `}` of a group and
+    // at the first `#[cfg(test)]`.
+    let code = "use crate::{fabric::{Fabric, Moves}, server::Device};";
+    assert_eq!(used_modules(code), ["fabric", "server"]);
+    let code = "#[cfg(test)]\nmod tests {\n    use crate::server;\n}\nuse crate::control::X;";
+    assert_eq!(used_modules(&without_test_items(code)), ["control"]);
+    let code = "#[cfg(test)]\nuse crate::testkit;\nfn f() { crate::fabric::g() }";
+    assert_eq!(used_modules(&without_test_items(code)), ["fabric"]);
 }
