@@ -342,11 +342,16 @@ fn write_lines(mut file: BufWriter<File>, rx: Receiver<Msg>, lost: &AtomicU64) {
         }
     };
     loop {
+        // Lines are flushed 100 ms after the last one, then the writer sleeps until the
+        // next: an idle emulator has no timer running (as the observer's writer).
         let msg = match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(msg) => msg,
             Err(RecvTimeoutError::Timeout) => {
                 let _ = file.flush();
-                continue;
+                match rx.recv() {
+                    Ok(msg) => msg,
+                    Err(_) => break,
+                }
             }
             Err(RecvTimeoutError::Disconnected) => break,
         };

@@ -390,6 +390,31 @@ fn an_idle_emulator_does_not_wake_up() {
     assert!(woke <= 2, "{woke} wake-ups in 1 s with no guest attached");
 }
 
+#[test]
+fn an_idle_emulator_that_records_events_and_a_trace_does_not_wake_up() {
+    let dir = tempdir();
+    let ctl = dir.as_path().join("ctl");
+    let child = Running::spawn(
+        Command::new(BIN)
+            .args(["serve", "--socket"])
+            .arg(dir.as_path().join("a.sock"))
+            .arg("--control")
+            .arg(&ctl)
+            .arg("--events")
+            .arg(dir.as_path().join("events.jsonl"))
+            .arg("--trace")
+            .arg(dir.as_path().join("trace.jsonl"))
+            .stderr(Stdio::null()),
+    );
+    assert!(wait_for(&ctl));
+    // Past the writers' 100 ms flush of the start's lines.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = context_switches(child.0.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let woke = context_switches(child.0.id()) - before;
+    assert!(woke <= 2, "{woke} wake-ups in 1 s with no guest attached");
+}
+
 fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
