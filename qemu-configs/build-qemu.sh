@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the project's QEMU: Debian's qemu source package plus the patch series in
-# qemu-configs/patches/ (zpci ism=/pchid= properties, ISM PCISTB forwarding to
-# vfio-user), as a minimal s390x-softmmu build.
+# qemu-configs/patches/ (applied in the order patches/series names them: the PCISTB
+# byte-order fix, the vfio-user report-once fix, then the ISM series: zpci ism=/pchid=
+# properties, ISM PCISTB forwarding to vfio-user), as a minimal s390x-softmmu build.
 #
 # Usage: qemu-configs/build-qemu.sh          (or: make qemu)
 #
@@ -49,10 +50,27 @@ RECIPE=3
 
 HERE="$REPO_ROOT/qemu-configs"
 PATCH_DIR="$HERE/patches"
-# The series in order. The cover letter is for the mailing list: neither applied nor
-# part of the cache key.
-mapfile -t PATCHES < <(find "$PATCH_DIR" -maxdepth 1 -name '*.patch' ! -name '0000-cover-letter.patch' | LC_ALL=C sort)
-[ ${#PATCHES[@]} -gt 0 ] || die "no patches in $PATCH_DIR"
+# The patches, in the order they are applied: the series that $PATCH_DIR/series names,
+# one folder each, in the order it names them; within a series its NNNN-*.patch files
+# in name order. A cover letter (0000-cover-letter.patch) is for the mailing list:
+# neither applied nor part of the cache key. The key hashes every applied patch, in
+# this order, so a change to any of them, or to the order, is a new build.
+PATCHES=()
+mapfile -t SERIES < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$PATCH_DIR/series" 2>/dev/null)
+[ ${#SERIES[@]} -gt 0 ] || die "no series named in $PATCH_DIR/series"
+for s in "${SERIES[@]}"; do
+    mapfile -t sp < <(find "$PATCH_DIR/$s" -maxdepth 1 -name '[0-9][0-9][0-9][0-9]-*.patch' \
+        ! -name '0000-cover-letter.patch' 2>/dev/null | LC_ALL=C sort)
+    [ ${#sp[@]} -gt 0 ] || die "series $s (named in $PATCH_DIR/series) has no patches in $PATCH_DIR/$s"
+    PATCHES+=("${sp[@]}")
+done
+# A patch outside the series named would be left out without a word: refuse it.
+loose="$(find "$PATCH_DIR" -maxdepth 1 -name '*.patch' | head -n 1)"
+[ -z "$loose" ] || die "$loose: a patch belongs in the folder of a series named in $PATCH_DIR/series"
+while IFS= read -r f; do
+    case " ${SERIES[*]} " in *" $(basename "$(dirname "$f")") "*) ;;
+        *) die "$f belongs to no series named in $PATCH_DIR/series" ;; esac
+done < <(find "$PATCH_DIR" -mindepth 2 -maxdepth 2 -name '*.patch' ! -name '0000-cover-letter.patch')
 
 ver_noepoch="${QEMU_DEB_VERSION#*:}"            # 10.2.2+ds-1
 upstream_ver="${ver_noepoch%-*}"                 # 10.2.2+ds
@@ -166,7 +184,7 @@ step "unpacking $dsc (Debian's patches applied by dpkg-source)"
 dpkg-source --no-copy -x "$SRC_DL/$dsc" "$WORK/src" >"$WORK/unpack.log" 2>&1 \
     || die "dpkg-source -x $SRC_DL/$dsc failed (checksums do not match the .dsc?); remove $SRC_DL and retry"
 for p in "${PATCHES[@]}"; do
-    step "applying $(basename "$p")"
+    step "applying ${p#"$PATCH_DIR"/}"
     patch -d "$WORK/src" -p1 --quiet --forward --no-backup-if-mismatch <"$p" >&2 || die "patch $p does not apply"
 done
 
@@ -186,7 +204,7 @@ step "compiling (nice, -j$JOBS)"
 nice -n 10 make -C "$WORK/src/build" -j"$JOBS" >"$WORK/build.log" 2>&1 \
     || { tail -n 40 "$WORK/build.log" >&2; die "QEMU build failed (full log: $WORK/build.log)"; }
 
-# The series' qtest (patch 0013), run against this QEMU by qemu-configs/tests/pcistb-smoke.sh.
+# The ISM series' qtest (ism/0015), run against this QEMU by qemu-configs/tests/pcistb-smoke.sh.
 step "building the series' qtest"
 nice -n 10 make -C "$WORK/src/build" -j"$JOBS" tests/qtest/s390x-zpci-ism-test >>"$WORK/build.log" 2>&1 \
     || { tail -n 40 "$WORK/build.log" >&2; die "building the qtest failed (full log: $WORK/build.log)"; }
@@ -200,7 +218,7 @@ make -C "$WORK/src/build" install DESTDIR="$WORK/dest" >>"$WORK/build.log" 2>&1 
     || die "s390-ccw.img was not built (is s390x-linux-gnu-gcc usable? see $WORK/configure.log)"
 install -D -m 0644 "$WORK/src/build/pc-bios/s390-ccw/s390-ccw.img" "$WORK/dest$OUT/share/qemu/s390-ccw.img"
 install -D -m 0755 "$WORK/src/build/tests/qtest/s390x-zpci-ism-test" "$WORK/dest$OUT/libexec/ism-emu/s390x-zpci-ism-test"
-# The series' functional test (patch 0014) with the framework it runs in (QEMU's
+# The ISM series' functional test (ism/0016) with the framework it runs in (QEMU's
 # tests/functional/qemu_test and python/qemu, all standard library but pycotap): it
 # needs the source tree, not the build, so it is installed beside the qtest.
 fdest="$WORK/dest$OUT/libexec/ism-emu/functional"
@@ -209,7 +227,7 @@ cp -r "$WORK/src/tests/functional/qemu_test" "$fdest/qemu_test"
 cp -r "$WORK/src/python/qemu" "$fdest/python/qemu"
 install -m 0644 "$WORK/src/tests/functional/s390x/test_ism_vfio_user.py" "$fdest/s390x/"
 printf '%s\n' "$key" >"$WORK/dest$OUT/.ism-emu-key"
-printf '%s\n' "${PATCHES[@]##*/}" >"$WORK/dest$OUT/.ism-emu-patches"
+printf '%s\n' "${PATCHES[@]#"$PATCH_DIR"/}" >"$WORK/dest$OUT/.ism-emu-patches"
 mv -T "$WORK/dest$OUT" "$OUT"
 verify_install "$OUT" || die "freshly built QEMU in $OUT failed verification"
 publish

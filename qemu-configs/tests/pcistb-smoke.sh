@@ -13,7 +13,7 @@
 # and checks what the guest saw and what the stubs received; then a guest whose server
 # dies under it, the plugs QEMU must refuse, and a guest into which QMP hot-plugs servers
 # QEMU refuses (nothing may be left behind). Then the series' own tests,
-# as built with this QEMU: the qtest (patch 0013) and the functional test (patch 0014,
+# as built with this QEMU: the qtest (ism/0015) and the functional test (ism/0016,
 # which boots the project's stock kernel and initramfs against its in-process stub;
 # pycotap from PyPI into a venv in the cache).
 #
@@ -118,9 +118,11 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-smoke -k "$KOU
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
-# The server goes away under a guest that keeps storing: every store after that must fail
-# (cc 1), waited or posted (x-ism-post=on, to a stub that announces x_ism_posted_moves),
-# and QEMU must say so once, not once per store.
+# The server goes away under a guest that keeps storing: the waited store it exits on
+# must fail when the connection ends, not at QEMU's 5 s message timeout (ism/0012), every
+# store after that must fail (cc 1), waited or posted (x-ism-post=on, to a stub that
+# announces x_ism_posted_moves), and QEMU must say so once, not once per store
+# (vfio-user-report-once).
 sed 's|^insmod /stbtest.ko$|insmod /stbtest.ko dead=1|; /ism.ko/d; /ism bound/d' "$WORK/ir/init" >"$WORK/init.dead"
 install -m 755 "$WORK/init.dead" "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-dead.cpio.gz"
@@ -177,7 +179,7 @@ wait $stub_pid 2>/dev/null || true; stub_pid=""
 # CLP LIST PCI at boot: 0008 must be there, 0006 and 0007 not. (A refusal made after the
 # PCI device was attached left a disabled zPCI function pointing to the device qdev then
 # freed, and CLP LIST read its entry from freed memory. A refused vfio-user-pci also needs
-# patch 0009, or its finalize aborts QEMU.)
+# ism/0011, or its finalize aborts QEMU.)
 sed '/insmod/d; /STBT:/d' "$WORK/ir/init" >"$WORK/init.hp"
 install -m 755 "$WORK/init.hp" "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-hp.cpio.gz"
@@ -209,7 +211,7 @@ kill $stub_pid 2>/dev/null || true
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
-# The vfio-user client's queue (patches 0010-0012): two ISM functions with x-ism-post=on,
+# The vfio-user client's queue (ism/0012-0014): two ISM functions with x-ism-post=on,
 # message timeout 2 s, whose stubs stop reading for 1 s at the first of 1500 posted 4 KiB
 # data moves. Function 2's stub then goes on, and answers a waited store 3 s late;
 # function 3's stub exits. The posted backlog must be bounded (past it a write waits:
@@ -249,7 +251,7 @@ kill $stub_pid 2>/dev/null || true
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
 
-# The series' own qtest (patch 0013), built with this QEMU: the zpci properties' realize
+# The ISM series' own qtest (ism/0015), built with this QEMU: the zpci properties' realize
 # and plug errors over QMP.
 QTEST_BIN="$(dirname "$QEMU")/../libexec/ism-emu/s390x-zpci-ism-test"
 qtest_rc=0
@@ -259,7 +261,7 @@ else
     echo "no qtest at $QTEST_BIN" >"$WORK/qtest.out"; qtest_rc=127
 fi
 
-# The series' functional test (patch 0014), in QEMU's functional-test framework, which
+# The ISM series' functional test (ism/0016), in QEMU's functional-test framework, which
 # needs pycotap from PyPI (a venv in the cache). It boots the project's stock kernel and
 # initramfs with a shell on the console; its own vfio-user stub runs in the test process.
 FUNC_DIR="$(dirname "$QEMU")/../libexec/ism-emu/functional"
@@ -358,7 +360,7 @@ check "ISM: QEMU proposes x_ism_posted_moves in its VERSION request" "$S" '"x_is
 check "ISM: driver's REG_SBA header as one big-endian 8-byte write" "$S" "WRITE r2 off=0x0 len=8 post=False data=0000000100000010"
 check "ISM: driver's REG_IEQ payload as one 16-byte write" "$S" "WRITE r2 off=0x8 len=16 post=False"
 check "ISM: driver probed (bound)" "$C" "SMOKE: ism bound $F"
-# x-ism-post=on (patch 0006), on a stub that announced x_ism_posted_moves: data moves
+# x-ism-post=on (ism/0009), on a stub that announced x_ism_posted_moves: data moves
 # without the signal are posted; a posted move's failure is held by the stub and fails
 # every later signalling store into that DMB (cc 1), not only the next one.
 check "posted: the function plugs (its server announced x_ism_posted_moves)" "$C" "PCI $Q vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
@@ -383,7 +385,7 @@ check "control: 5 bytes: specification exception as before" "$C" "STBT: $N A len
 check "control: 4096 bytes (> maxstbl 128): specification exception as before" "$C" "STBT: $N B len4096 off0x1000 src+3 rc=-6"
 check "control: 16 aligned bytes: accepted as before" "$C" "STBT: $N F len16 offSF+0x800 (device rejects) rc=0"
 check "control: ... as two 8-byte writes as before" "$P" "WRITE r0 off=0x800808 len=8"
-# patch 0001: the generic path's doublewords in the guest's byte order on any host
+# pcistb-byte-order: the generic path's doublewords in the guest's byte order on any host
 check_re "control: ... each in the guest's byte order" "$P" "^WRITE r0 off=0x800800 len=8 post=[A-Za-z]+ data=08090a0b0c0d0e0f$"
 check_re "control: ... the second one too" "$P" "^WRITE r0 off=0x800808 len=8 post=[A-Za-z]+ data=1011121314151617$"
 # refused hot plugs leave nothing behind
@@ -438,6 +440,9 @@ D="$WORK/dead.console.log" DQ="$WORK/dead.qemu.log"
 if [ "$dead_rc" = 0 ]; then echo "ok - dead server: the guest ran on and powered off"; pass=$((pass + 1))
 else echo "not ok - dead server: guest run failed (rc=$dead_rc)"; cat "$WORK/dead.err"; fail=$((fail + 1)); fi
 check "dead server: the store it died on fails (cc 1)" "$D" "STBT: $F DEAD first rc=-5"
+n="$(sed -n "s/.*STBT: $F DEAD first rc=[-0-9]* ms=\([0-9]*\).*/\1/p" "$D" | head -1)"
+if [ -n "$n" ] && [ "$n" -lt 2000 ]; then echo "ok - dead server: ... when the connection ends (${n} ms), not at the 5 s message timeout"; pass=$((pass + 1))
+else echo "not ok - dead server: the store in flight when the server died took ${n:-?} ms (the message timeout is 5000)"; fail=$((fail + 1)); fi
 check "dead server: the 20 stores after it, waited and posted, all fail" "$D" "STBT: $F DEAD after=20 failed=20"
 n_lines="$(grep -cE 'vfio_user_device_io_region_(write|read):' "$DQ" 2>/dev/null || true)"
 if [ "${n_lines:-0}" -eq 1 ]; then echo "ok - dead server: QEMU reports the failed accesses once"; pass=$((pass + 1))
