@@ -20,7 +20,7 @@ use crate::fabric::{Fabric, Stored};
 use crate::ism::command::{self, HEADER_LEN};
 use crate::ism::MAX_MOVE_LEN;
 use crate::pci::{Bar, ConfigSpace, Region};
-use crate::ratelimit::{guest_lines, guest_log};
+use crate::util::ratelimit::{guest_lines, guest_log};
 
 /// Why the device refused a request: the error reply's errno.
 #[derive(Debug, thiserror::Error)]

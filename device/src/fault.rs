@@ -189,17 +189,10 @@ fn opcode_name(code: u32) -> Option<&'static str> {
 }
 
 fn parse_u64(key: &'static str, value: &str) -> Result<u64, FaultSpecError> {
-    let parsed = match value
-        .strip_prefix("0x")
-        .or_else(|| value.strip_prefix("0X"))
-    {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => value.parse(),
-    };
-    parsed.map_err(|e| FaultSpecError::BadValue {
+    crate::util::hex::parse_number(value).map_err(|e| FaultSpecError::BadValue {
         key,
         value: value.to_string(),
-        why: e.to_string(),
+        why: e.why(),
     })
 }
 

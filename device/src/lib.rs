@@ -16,7 +16,8 @@
 //! - [`dma`]: a guest's IOVA space over its shared RAM;
 //! - [`interrupts`]: the one MSI/MSI-X vector;
 //! - [`logger`]: the process's log, written by a thread of its own: a log call never waits;
-//! - [`ratelimit`]: one budget per function for every log line its guest can cause; budgets.
+//! - [`util`]: hex, rate limits (one budget per function for every log line its guest can
+//!   cause): helpers that know nothing of ISM.
 #![forbid(unsafe_code)]
 
 pub mod backend;
@@ -30,13 +31,13 @@ pub mod ism;
 pub mod logger;
 pub mod observer;
 pub mod pci;
-pub mod ratelimit;
 pub mod replay;
 pub mod server;
 #[cfg(any(test, feature = "testkit"))]
 #[doc(hidden)]
 pub mod testkit;
 pub mod trace;
+pub mod util;
 
 /// The GID of function `index` on fabric `chid`: nonzero, unique on the fabric and the
 /// same every time the emulator starts with the same configuration.

@@ -195,14 +195,13 @@ fn parse_fault(s: &str) -> Result<FaultSpec, String> {
 /// guest whose CHID differs from the emulator's by such a misreading silently gets no
 /// SMC-Dv2.
 fn parse_chid(s: &str) -> Result<u16, String> {
-    let hex = s
-        .strip_prefix("0x")
-        .or_else(|| s.strip_prefix("0X"))
-        .ok_or_else(|| {
+    use ism_emu::util::hex::{parse_u16, HexError};
+    let v = parse_u16(s).map_err(|e| match e {
+        HexError::NoPrefix(_) => {
             format!("write the CHID in hex with 0x (e.g. 0x{s}): a bare number is ambiguous")
-        })?;
-    let v = u16::from_str_radix(hex, 16)
-        .map_err(|e| format!("not a CHID (0x and up to 4 hex digits): {e}"))?;
+        }
+        HexError::Invalid { why, .. } => format!("not a CHID (0x and up to 4 hex digits): {why}"),
+    })?;
     if v == 0 || v >= 0xff00 {
         return Err("the CHID must be nonzero and below 0xff00".into());
     }

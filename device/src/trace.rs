@@ -426,28 +426,7 @@ pub fn read(path: &Path) -> Result<(Header, Vec<(u64, Record)>), TraceError> {
     Ok((header, records))
 }
 
-/// Lower-case hex of `data`, into one allocation (a recorded 4 KiB move is 8 KiB of
-/// text; a `format!` per byte made 4,096 small strings of it).
-pub fn to_hex(data: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(data.len() * 2);
-    for b in data {
-        text.push(char::from(DIGITS[usize::from(b >> 4)]));
-        text.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    text
-}
-
-/// The bytes of a hex string (`None` if it is not one).
-pub fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
+pub use crate::util::hex::{from_hex, to_hex};
 
 #[cfg(test)]
 mod tests {
@@ -516,16 +495,5 @@ mod tests {
         std::fs::write(&path, format!("{header}\n{{\"t\":1,\"op\":\"explode\"}}\n")).unwrap();
         let err = read(&path).unwrap_err();
         assert!(matches!(err, TraceError::Bad { line: 2, .. }), "{err}");
-    }
-
-    #[test]
-    fn hex_round_trips() {
-        assert_eq!(to_hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
-        assert_eq!(
-            from_hex(&to_hex(&[0, 1, 0xfe, 0xff])),
-            Some(vec![0, 1, 0xfe, 0xff])
-        );
-        assert_eq!(from_hex("abc"), None);
-        assert_eq!(from_hex("zz"), None);
     }
 }

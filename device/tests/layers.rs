@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["pci", "dmb", "fault"],
     &["ism"],
     &["dma", "interrupts"],
-    &["ratelimit", "logger"],
+    &["util", "logger"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -16,8 +16,8 @@ use ism_emu::ism::command::{CommandError, Response};
 use ism_emu::ism::status::{gid_code, EventType, IEQ_ENTRIES, IEQ_LEN};
 use ism_emu::ism::wire;
 use ism_emu::ism::{MAX_DMB_LEN, MAX_MOVE_LEN};
-use ism_emu::ratelimit::Budget;
 use ism_emu::testkit::rig::{Rig, BASE, IEQ_AT};
+use ism_emu::util::ratelimit::Budget;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError};
 

@@ -13,7 +13,7 @@ use crate::fault::{
     FaultKind, FaultPlan, FaultSpec, FaultSpecError, Fired, IrqFault, Peer, RuleView,
 };
 use crate::ism::status::{gid_code, Event, EventType};
-use crate::ratelimit::guest_log;
+use crate::util::ratelimit::guest_log;
 
 use super::{Fabric, FabricState, FunctionState};
 use crate::trace::Record;

@@ -24,8 +24,8 @@ use crate::interrupts::{Interrupts, IrqError};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::observer::report::{Counters, FunctionView};
 use crate::observer::{EventSink, ReuseCheck};
-use crate::ratelimit::{guest_log, Budget};
 use crate::trace::{Record, Tracer};
+use crate::util::ratelimit::{guest_log, Budget};
 
 pub use faults::FaultAdded;
 pub use moves::{HeldFailures, MoveError, Stored, HELD_TOKENS};

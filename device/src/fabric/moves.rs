@@ -9,7 +9,7 @@ use crate::dma::{DmaError, DmaView, Scan};
 use crate::dmb::{FunctionId, OpTime};
 use crate::ism::{MoveAddress, MAX_MOVE_LEN};
 use crate::observer::{ReuseCheck, ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
-use crate::ratelimit::guest_log;
+use crate::util::ratelimit::guest_log;
 
 use super::{Fabric, FabricState};
 use crate::trace::{to_hex, MoveResult, MoveVia, Record, CDC_AREA};
@@ -544,9 +544,9 @@ mod tests {
     use crate::ism::command::Command;
     use crate::ism::MoveAddress;
     use crate::observer::{ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
-    use crate::ratelimit::Budget;
     use crate::testkit::rig::Rig;
     use crate::testkit::GuestRam;
+    use crate::util::ratelimit::Budget;
 
     fn to(token: u64, offset: u32, signal: bool) -> u64 {
         MoveAddress {

@@ -30,7 +30,7 @@ use super::json::{gid, hex};
 use super::{ObservedEvent, What, ZERO_WATCH_LIMIT};
 use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
-use crate::ratelimit::guest_log;
+use crate::util::ratelimit::guest_log;
 
 /// CDC message layout (net/smc/smc_cdc.h, struct smcd_cdc_msg).
 pub mod cdc {

@@ -14,11 +14,8 @@ pub mod hex {
         parse(&String::deserialize(d)?).map_err(D::Error::custom)
     }
 
-    pub(super) fn parse(text: &str) -> Result<u64, String> {
-        let digits = text
-            .strip_prefix("0x")
-            .ok_or_else(|| format!("{text:?} is not a 0x hex number"))?;
-        u64::from_str_radix(digits, 16).map_err(|e| format!("{text:?}: {e}"))
+    pub(super) fn parse(text: &str) -> Result<u64, crate::util::hex::HexError> {
+        crate::util::hex::parse_u64(text)
     }
 }
 

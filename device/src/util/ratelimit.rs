@@ -22,7 +22,7 @@ macro_rules! guest_log {
         let function: &str = &$function;
         let gid: u64 = $gid;
         if log::log_enabled!(log::Level::$level)
-            && $crate::ratelimit::guest_lines().allow(function, gid, std::time::Instant::now())
+            && $crate::util::ratelimit::guest_lines().allow(function, gid, std::time::Instant::now())
         {
             log::log!(
                 log::Level::$level,
