@@ -158,7 +158,7 @@ pub fn replay(
                 }
             }
             Record::Undecodable { f } => fabric.command_undecodable(f),
-            Record::Reuse { f, check } => fabric.replay_reuse(f, (&check).into()),
+            Record::Reuse { f, check } => fabric.replay_reuse(f, check),
             Record::HeldLifted { f, token } => fabric.replay_held_lifted(f, token),
             Record::Move {
                 f,
@@ -198,7 +198,7 @@ pub fn replay(
             }
             Record::ZeroTick { results } => {
                 report.zero_ticks += 1;
-                let results: Vec<_> = results.into_iter().map(|(t, s)| (t, s.into())).collect();
+
                 fabric.replay_zero_tick(&results);
             }
             // The interrupts follow from the moves; nothing to do.

@@ -80,70 +80,6 @@ pub enum MoveResult {
     Rejected,
 }
 
-/// A reuse check's result as recorded.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum ReuseRecord {
-    Read { stale: u64, first: Option<u64> },
-    Unknown(String),
-}
-
-impl From<&ReuseCheck> for ReuseRecord {
-    fn from(check: &ReuseCheck) -> Self {
-        match check {
-            ReuseCheck::Read { stale, first } => ReuseRecord::Read {
-                stale: *stale,
-                first: *first,
-            },
-            ReuseCheck::Unknown(why) => ReuseRecord::Unknown(why.to_string()),
-        }
-    }
-}
-
-impl From<&ReuseRecord> for ReuseCheck {
-    fn from(record: &ReuseRecord) -> Self {
-        match record {
-            ReuseRecord::Read { stale, first } => ReuseCheck::Read {
-                stale: *stale,
-                first: *first,
-            },
-            ReuseRecord::Unknown(why) => ReuseCheck::Unknown(ReuseCheck::reason(why)),
-        }
-    }
-}
-
-/// A zeroing look's result as recorded.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum ScanRecord {
-    Zero,
-    Dirty(u64),
-    ZeroUpTo(u64),
-    Unreadable,
-}
-
-impl From<ZeroScan> for ScanRecord {
-    fn from(scan: ZeroScan) -> Self {
-        match scan {
-            ZeroScan::Zero => ScanRecord::Zero,
-            ZeroScan::Dirty(at) => ScanRecord::Dirty(at),
-            ZeroScan::ZeroUpTo(at) => ScanRecord::ZeroUpTo(at),
-            ZeroScan::Unreadable => ScanRecord::Unreadable,
-        }
-    }
-}
-
-impl From<ScanRecord> for ZeroScan {
-    fn from(scan: ScanRecord) -> Self {
-        match scan {
-            ScanRecord::Zero => ZeroScan::Zero,
-            ScanRecord::Dirty(at) => ZeroScan::Dirty(at),
-            ScanRecord::ZeroUpTo(at) => ZeroScan::ZeroUpTo(at),
-            ScanRecord::Unreadable => ZeroScan::Unreadable,
-        }
-    }
-}
-
 /// One operation. `f` is the function's index (its position in the header).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -200,7 +136,7 @@ pub enum Record {
     /// The reuse check's read for the move that follows (by the same function).
     Reuse {
         f: FunctionId,
-        check: ReuseRecord,
+        check: ReuseCheck,
     },
     /// The failure `f` held for DMB `token` is lifted before its next move: the owner
     /// reset the DMB's CDC slot (fabric/moves.rs, `HeldFailures`).
@@ -211,7 +147,7 @@ pub enum Record {
     },
     /// One tick of the zeroing watch: what each look found, by token.
     ZeroTick {
-        results: Vec<(u64, ScanRecord)>,
+        results: Vec<(u64, ZeroScan)>,
     },
     /// The interrupt of a signalling move into a DMB of `f`.
     Irq {
@@ -464,14 +400,14 @@ mod tests {
             },
             Record::Reuse {
                 f: 0,
-                check: ReuseRecord::Unknown("over the read budget".into()),
+                check: ReuseCheck::Unknown("over the read budget"),
             },
             Record::HeldLifted {
                 f: 0,
                 token: 1 << 32,
             },
             Record::ZeroTick {
-                results: vec![(1 << 32, ScanRecord::Dirty(7))],
+                results: vec![(1 << 32, ZeroScan::Dirty(7))],
             },
         ];
         for r in &records {
@@ -482,6 +418,39 @@ mod tests {
         assert_eq!(read_header, header);
         let got: Vec<Record> = read_records.into_iter().map(|(_, r)| r).collect();
         assert_eq!(got, records);
+    }
+
+    #[test]
+    fn reads_keep_the_documented_format_and_unknown_reasons_read_as_unknown() {
+        let reuse = Record::Reuse {
+            f: 1,
+            check: ReuseCheck::Read {
+                stale: 2,
+                first: Some(3),
+            },
+        };
+        let text = serde_json::to_string(&reuse).unwrap();
+        assert_eq!(
+            text,
+            r#"{"op":"reuse","f":1,"check":{"read":{"stale":2,"first":3}}}"#
+        );
+        let tick = Record::ZeroTick {
+            results: vec![(5, ZeroScan::ZeroUpTo(7)), (6, ZeroScan::Unreadable)],
+        };
+        let text = serde_json::to_string(&tick).unwrap();
+        assert_eq!(
+            text,
+            r#"{"op":"zero_tick","results":[[5,{"zero_up_to":7}],[6,"unreadable"]]}"#
+        );
+        let odd = r#"{"op":"reuse","f":0,"check":{"unknown":"cosmic rays"}}"#;
+        let odd: Record = serde_json::from_str(odd).unwrap();
+        assert_eq!(
+            odd,
+            Record::Reuse {
+                f: 0,
+                check: ReuseCheck::Unknown("unknown")
+            }
+        );
     }
 
     #[test]

@@ -205,7 +205,7 @@ impl Fabric {
             if let Some(check) = unrecorded.take() {
                 self.trace(|_| Record::Reuse {
                     f: sender,
-                    check: (&check).into(),
+                    check: check.clone(),
                 });
                 reuse = Some(check);
             }
@@ -377,7 +377,7 @@ impl Fabric {
                 };
                 self.trace(|_| Record::Reuse {
                     f: sender,
-                    check: (&unread).into(),
+                    check: unread.clone(),
                 });
                 *reuse = Some(unread);
             }
@@ -452,7 +452,7 @@ impl Fabric {
         let _st = self.lock();
         let _op = OpTime::begin();
         self.trace(|_| Record::ZeroTick {
-            results: results.iter().map(|&(t, s)| (t, s.into())).collect(),
+            results: results.clone(),
         });
         self.events.zero_scanned(&results)
     }

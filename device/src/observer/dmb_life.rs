@@ -180,13 +180,24 @@ impl DmbSummary {
     }
 }
 
-/// The DMB's content before the first move of a reused connection.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The DMB's content before the first move of a reused connection. Also the trace's
+/// record of it (`{"read":{"stale":N,"first":OFF}}`, `{"unknown":"why"}`): one type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ReuseCheck {
     /// Read: `stale` nonzero bytes, the first at `first`.
     Read { stale: u64, first: Option<u64> },
-    /// Not read, and why.
-    Unknown(&'static str),
+    /// Not read, and why. A recorded reason is read back as the fabric's own text, or
+    /// "unknown" (a trace may come from anyone).
+    Unknown(#[serde(deserialize_with = "unread_reason")] Reason),
+}
+
+/// An unread reason: one of the fabric's texts. (Named, so that serde does not take the
+/// field for one borrowed from its input.)
+type Reason = &'static str;
+
+fn unread_reason<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Reason, D::Error> {
+    String::deserialize(d).map(|text| ReuseCheck::reason(&text))
 }
 
 /// Why a reuse check may go unread (the reasons the fabric gives).
@@ -216,8 +227,10 @@ pub struct ZeroWatch {
     pub dirty_at: Option<u64>,
 }
 
-/// What one look at a watched DMB found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What one look at a watched DMB found; also the trace's record of it (`"zero"`,
+/// `{"dirty":OFF}`, `{"zero_up_to":OFF}`, `"unreadable"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ZeroScan {
     /// All zero from `scan_from` to the end: zeroed.
     Zero,
