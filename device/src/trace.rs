@@ -19,8 +19,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::time::Duration;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +27,7 @@ use crate::dmb::{now_us, FunctionId};
 use crate::ism::command::Command;
 use crate::observer::json::{chid, hex};
 use crate::observer::{ReuseCheck, ZeroScan};
+use crate::util::line_writer::{LineWriter, Sink};
 
 /// The format's version: a replay refuses other versions. 2: `store` is a waited store
 /// (its failure answered, never held) and `posted` a posted one (version 1 held the
@@ -175,12 +175,6 @@ struct Line {
     record: Record,
 }
 
-enum Msg {
-    /// A line and its time.
-    Line(u64, String),
-    Sync(SyncSender<()>),
-}
-
 /// Why a trace could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -208,8 +202,8 @@ pub enum TraceError {
 
 /// Writes a trace from its own thread: recording never blocks and never does I/O.
 pub struct Tracer {
-    tx: SyncSender<Msg>,
-    lost: std::sync::Arc<AtomicU64>,
+    writer: LineWriter<(u64, String)>,
+    lost: Arc<AtomicU64>,
     payload: bool,
 }
 
@@ -223,15 +217,16 @@ impl Tracer {
         let mut file = BufWriter::new(File::create(path).map_err(create)?);
         let line = serde_json::to_string(header).map_err(|e| create(e.into()))?;
         writeln!(file, "{line}").map_err(create)?;
-        let (tx, rx) = sync_channel(QUEUE);
-        let lost = std::sync::Arc::new(AtomicU64::new(0));
-        let writer_lost = std::sync::Arc::clone(&lost);
-        std::thread::Builder::new()
-            .name("trace".into())
-            .spawn(move || write_lines(file, rx, &writer_lost))
-            .map_err(create)?;
+        let lost = Arc::new(AtomicU64::new(0));
+        let sink = TraceFile {
+            file,
+            lost: Arc::clone(&lost),
+            last_t: 0,
+            failed: false,
+        };
+        let writer = LineWriter::spawn("trace", QUEUE, sink).map_err(create)?;
         Ok(Self {
-            tx,
+            writer,
             lost,
             payload: header.payload,
         })
@@ -250,70 +245,67 @@ impl Tracer {
         let Ok(text) = serde_json::to_string(&Line { t, record }) else {
             return;
         };
-        if let Err(TrySendError::Full(_)) = self.tx.try_send(Msg::Line(t, text)) {
+        if self.writer.send((t, text)).is_err() {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Waits until every record so far is in the file.
     pub fn sync(&self) {
-        let (done, wait) = sync_channel(1);
-        if self.tx.send(Msg::Sync(done)).is_ok() {
-            let _ = wait.recv();
+        self.writer.sync();
+    }
+}
+
+/// The trace writer thread's side: the file, and the count of records lost in between.
+struct TraceFile {
+    file: BufWriter<File>,
+    lost: Arc<AtomicU64>,
+    /// The time of the last line written: a count of lost records takes the time of the
+    /// line it precedes, so that the file's times stay in order.
+    last_t: u64,
+    failed: bool,
+}
+
+impl TraceFile {
+    fn put(&mut self, text: &str) {
+        if !self.failed {
+            if let Err(e) = writeln!(self.file, "{text}") {
+                log::error!("trace: {e}; nothing more is recorded");
+                self.failed = true;
+            }
+        }
+    }
+
+    /// Writes the count of records lost since the last line, if any.
+    fn settle_lost(&mut self) {
+        let count = self.lost.swap(0, Ordering::Relaxed);
+        if count == 0 {
+            return;
+        }
+        let line = Line {
+            t: self.last_t,
+            record: Record::Lost { count },
+        };
+        if let Ok(text) = serde_json::to_string(&line) {
+            log::warn!("trace: {count} records lost (the writer was behind)");
+            self.put(&text);
         }
     }
 }
 
-fn write_lines(mut file: BufWriter<File>, rx: Receiver<Msg>, lost: &AtomicU64) {
-    let mut failed = false;
-    // The time of the last line written: a count of lost records takes the time of the
-    // line it precedes, so that the file's times stay in order.
-    let mut last_t = 0;
-    let mut put = |file: &mut BufWriter<File>, text: &str| {
-        if !failed {
-            if let Err(e) = writeln!(file, "{text}") {
-                log::error!("trace: {e}; nothing more is recorded");
-                failed = true;
-            }
-        }
-    };
-    loop {
-        // Lines are flushed 100 ms after the last one, then the writer sleeps until the
-        // next: an idle emulator has no timer running (as the observer's writer).
-        let msg = match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(msg) => msg,
-            Err(RecvTimeoutError::Timeout) => {
-                let _ = file.flush();
-                match rx.recv() {
-                    Ok(msg) => msg,
-                    Err(_) => break,
-                }
-            }
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        if let Msg::Line(t, _) = &msg {
-            last_t = *t;
-        }
-        let count = lost.swap(0, Ordering::Relaxed);
-        if count > 0 {
-            let line = Line {
-                t: last_t,
-                record: Record::Lost { count },
-            };
-            if let Ok(text) = serde_json::to_string(&line) {
-                log::warn!("trace: {count} records lost (the writer was behind)");
-                put(&mut file, &text);
-            }
-        }
-        match msg {
-            Msg::Line(_, text) => put(&mut file, &text),
-            Msg::Sync(done) => {
-                let _ = file.flush();
-                let _ = done.send(());
-            }
-        }
+impl Sink for TraceFile {
+    type Item = (u64, String);
+
+    fn write(&mut self, (t, text): (u64, String)) {
+        self.last_t = t;
+        self.settle_lost();
+        self.put(&text);
     }
-    let _ = file.flush();
+
+    fn pause(&mut self) {
+        self.settle_lost();
+        let _ = self.file.flush();
+    }
 }
 
 /// The longest header line [`read`] takes (a header names each function: a few KiB).

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +31,7 @@ use serde::Serialize;
 use crate::dmb::{now_us, Dmb};
 use crate::fault::Fired;
 use crate::ism::MoveAddress;
+use crate::util::line_writer::{LineWriter, Sink};
 pub use dmb_life::{DmbLife, DmbSummary, ReuseCheck, ZeroScan, ZeroWatch};
 use json::{gid, hex, hex_opt};
 
@@ -155,17 +156,14 @@ pub const FOLLOWER_QUEUE: usize = 4096;
 /// The `--events` file stops growing here, with an `event_file_full` line.
 pub const EVENT_FILE_LIMIT: u64 = 1 << 30;
 
-enum Output {
-    Line {
-        function: String,
-        gid: u64,
-        line: String,
-        /// The event's time: a function's share of the stream is counted per second of
-        /// event time, so a replayed trace drops what the live run dropped.
-        time_us: u64,
-    },
-    /// Answered once every line queued before it is out.
-    Sync(SyncSender<()>),
+/// One line for the writer thread.
+struct Output {
+    function: String,
+    gid: u64,
+    line: String,
+    /// The event's time: a function's share of the stream is counted per second of
+    /// event time, so a replayed trace drops what the live run dropped.
+    time_us: u64,
 }
 
 /// One function's share of the stream in the current second.
@@ -226,7 +224,7 @@ impl Follower {
     }
 }
 
-/// The writer thread's side: the file and the live followers.
+/// The writer thread's side (a [`LineWriter`]'s sink): the file and the live followers.
 struct Writer {
     file: Option<BufWriter<File>>,
     file_bytes: u64,
@@ -240,36 +238,6 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(mut self, rx: Receiver<Output>) {
-        loop {
-            let msg = match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(msg) => msg,
-                Err(RecvTimeoutError::Timeout) => {
-                    self.report_dropped();
-                    self.flush();
-                    match rx.recv() {
-                        Ok(msg) => msg,
-                        Err(_) => return,
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
-            match msg {
-                Output::Line {
-                    function,
-                    gid,
-                    line,
-                    time_us,
-                } => self.line(function, gid, line, time_us),
-                Output::Sync(done) => {
-                    self.report_dropped();
-                    self.flush();
-                    let _ = done.send(());
-                }
-            }
-        }
-    }
-
     fn line(&mut self, function: String, gid: u64, line: String, time_us: u64) {
         let window = self.windows.entry(function.clone()).or_insert(Window {
             gid,
@@ -353,9 +321,23 @@ impl Writer {
     }
 }
 
+impl Sink for Writer {
+    type Item = Output;
+
+    fn write(&mut self, out: Output) {
+        self.line(out.function, out.gid, out.line, out.time_us);
+    }
+
+    fn pause(&mut self) {
+        self.report_dropped();
+        self.flush();
+    }
+}
+
 pub struct Observer {
     /// To the writer thread: the fabric's lock never waits for a file or a socket.
-    out: SyncSender<Output>,
+    /// None: the thread could not start, and events are not written.
+    out: Option<LineWriter<Output>>,
     queue_dropped: Arc<AtomicU64>,
     followers: Arc<Mutex<Vec<Follower>>>,
     pub(crate) life: Mutex<dmb_life::Tracker>,
@@ -377,7 +359,6 @@ impl Observer {
 
     /// The same, with the file growing to at most about `file_limit` bytes.
     pub fn with_file_limit(file: Option<File>, file_limit: u64) -> Self {
-        let (out, rx) = sync_channel(EVENT_QUEUE);
         let queue_dropped = Arc::new(AtomicU64::new(0));
         let followers = Arc::new(Mutex::new(Vec::new()));
         let file_bytes = file
@@ -393,12 +374,9 @@ impl Observer {
             queue_dropped: Arc::clone(&queue_dropped),
             windows: BTreeMap::new(),
         };
-        let spawned = std::thread::Builder::new()
-            .name("events".into())
-            .spawn(move || writer.run(rx));
-        if let Err(e) = spawned {
-            log::error!("event writer thread: {e}; events are not written");
-        }
+        let out = LineWriter::spawn("events", EVENT_QUEUE, writer)
+            .map_err(|e| log::error!("event writer thread: {e}; events are not written"))
+            .ok();
         Self {
             out,
             queue_dropped,
@@ -418,13 +396,13 @@ impl Observer {
         let time_us = now_us();
         let line = to_json_line(time_us, &event);
         log::debug!("event {line}");
-        let out = Output::Line {
+        let out = Output {
             function: event.function,
             gid: event.gid,
             line,
             time_us,
         };
-        if let Err(TrySendError::Full(_)) = self.out.try_send(out) {
+        if let Some(Err(_)) = self.out.as_ref().map(|w| w.send(out)) {
             self.queue_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -437,9 +415,8 @@ impl Observer {
 
     /// Waits until every event emitted so far is written and sent to the followers.
     pub fn sync(&self) {
-        let (done, wait) = sync_channel(1);
-        if self.out.send(Output::Sync(done)).is_ok() {
-            let _ = wait.recv();
+        if let Some(out) = &self.out {
+            out.sync();
         }
     }
 

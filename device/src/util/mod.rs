@@ -1,4 +1,6 @@
-//! Small helpers every layer may use and that know nothing of ISM: hex, rate limits.
+//! Small helpers every layer may use and that know nothing of ISM: hex, rate limits, the
+//! line-writer thread.
 
 pub mod hex;
+pub mod line_writer;
 pub mod ratelimit;
