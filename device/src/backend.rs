@@ -242,7 +242,7 @@ impl Device for IsmBackend {
             },
             // A waited move that fails is refused: QEMU turns that into the PCISTB's
             // condition code 1. A posted one's failure is held by the fabric against the
-            // sender's signalling moves into that DMB (fabric/moves.rs, `HeldFailures`).
+            // sender's signalling moves into that DMB (fabric/held.rs, `HeldFailures`).
             Some(Region::Bar(Bar::Move)) => {
                 if data.len() > MAX_ACCESS {
                     return Err(invalid(format!("move of {} bytes", data.len())));

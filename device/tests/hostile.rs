@@ -199,12 +199,12 @@ fn reconnect_after_disconnect_starts_from_scratch() {
         b.reg_dmb(16384, default_gid(CHID, 0));
     }
     assert!(eventually(
-        || !m.fabric.lock().functions[1].attached || m.fabric.lock().dmbs.is_empty()
+        || !m.fabric.function_views()[1].attached || m.fabric.dmbs().is_empty()
     ));
     let mut b = m.guest(1);
     let mut a = m.guest(0);
     assert!(
-        eventually(|| m.fabric.lock().dmbs.is_empty()),
+        eventually(|| m.fabric.dmbs().is_empty()),
         "the old DMB was dropped"
     );
     still_working(&mut a, &mut b);
@@ -317,8 +317,8 @@ fn a_client_that_ends_inside_a_message_detaches_the_function_like_a_disconnect()
     c.client.shutdown_write().unwrap();
     assert!(eventually(|| a.ieq_idx() == 1), "A got the GID event");
     assert_eq!(a.ieq_entry(0).2, default_gid(CHID, 1));
-    assert!(m.fabric.lock().dmbs.is_empty(), "C's DMB was dropped");
-    assert!(!m.fabric.lock().functions[1].attached);
+    assert!(m.fabric.dmbs().is_empty(), "C's DMB was dropped");
+    assert!(!m.fabric.function_views()[1].attached);
     drop(c);
     // The next QEMU connects to the same socket and works.
     let mut c = m.guest(1);
@@ -384,7 +384,7 @@ fn a_grant_does_not_pass_to_the_next_client_with_the_same_gid() {
         let _b = m.guest(1);
         a.reg_dmb(16384, default_gid(CHID, 1))
     };
-    assert!(eventually(|| !m.fabric.lock().functions[1].attached));
+    assert!(eventually(|| !m.fabric.function_views()[1].attached));
     // A has not handled the GID event yet; its DMB is still registered for that GID.
     let mut next = m.guest(1);
     assert!(next.move_data(dmb.token, 0, b"not for you", true).is_err());

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use ism_emu::default_gid;
 use ism_emu::ism::wire::{self, ReqHeader};
-use ism_emu::ism::MoveAddress;
+use ism_emu::testkit::window;
 use ism_emu::testkit::{cmd, msg};
 use nix::fcntl::{fcntl, FcntlArg};
 use support::latency::{measure, windows};
@@ -117,16 +117,6 @@ impl Drop for Emulator {
     }
 }
 
-fn to(token: u64, signal: bool, offset: u32) -> u64 {
-    MoveAddress {
-        token,
-        dmbe: 0,
-        signal,
-        offset,
-    }
-    .encode()
-}
-
 /// ism2: with its SBA and IEQ unregistered, every path that logs a line for a guest.
 struct Paths {
     g: Guest,
@@ -163,19 +153,23 @@ impl Paths {
     fn round(&mut self, n: u64) -> io::Result<()> {
         let c = &mut self.g.client;
         // fabric/moves.rs: "signal for token ... lost: no SBA registered".
-        let _ = c.region_write(MOVE_BAR, to(self.own.token, true, 64), b"lost")?;
+        let _ = c.region_write(MOVE_BAR, window(self.own.token, 64, true), b"lost")?;
         // fabric/mod.rs: "event ... dropped: no IEQ/SBA registered", then (over the
         // SIGNAL_IEQ budget) backend.rs: "command ... failed".
         let signal = wire::SignalIeqRequest::new(self.gid.into(), 1.into(), 0.into(), 0.into());
         let _ = c.ism_command(&signal)?;
         // observer/dmb_life.rs: "DMB ... reused with N stale bytes".
-        let _ = c.region_write(MOVE_BAR, to(self.reuse.token, true, 0), &cdc(CDC_CLOSED))?;
-        let _ = c.region_write(MOVE_BAR, to(self.reuse.token, false, 4096), b"x")?;
-        // backend.rs: "move ... rejected, held"; fabric/moves.rs: "... the held failure
+        let _ = c.region_write(
+            MOVE_BAR,
+            window(self.reuse.token, 0, true),
+            &cdc(CDC_CLOSED),
+        )?;
+        let _ = c.region_write(MOVE_BAR, window(self.reuse.token, 4096, false), b"x")?;
+        // backend.rs: "move ... rejected, held"; fabric/held.rs: "... the held failure
         // of an earlier move into it is lifted".
-        let _ = c.region_write(MOVE_BAR, to(self.held.token, false, 4094), b"over")?;
+        let _ = c.region_write(MOVE_BAR, window(self.held.token, 4094, false), b"over")?;
         self.g.ram.write(self.held.ram_offset, &n.to_be_bytes())?;
-        let _ = c.region_write(MOVE_BAR, to(self.held.token, true, 64), b"cdc")?;
+        let _ = c.region_write(MOVE_BAR, window(self.held.token, 64, true), b"cdc")?;
         // backend.rs: "config read ... out of range".
         let _ = c.region_read(CONFIG_REGION, 4096, 4)?;
         // backend.rs: "DMA_MAP ...": beyond the end of the guest's memory file.
@@ -232,7 +226,7 @@ impl Unheard {
 
     fn round(&mut self) -> io::Result<()> {
         let c = &mut self.g.client;
-        let _ = c.region_write(MOVE_BAR, to(self.own, true, 64), b"irq")?;
+        let _ = c.region_write(MOVE_BAR, window(self.own, 64, true), b"irq")?;
         Ok(())
     }
 }

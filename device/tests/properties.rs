@@ -17,7 +17,6 @@ use ism_emu::ism::status::{gid_code, EventType, IEQ_ENTRIES, IEQ_LEN};
 use ism_emu::ism::wire;
 use ism_emu::ism::{MAX_DMB_LEN, MAX_MOVE_LEN};
 use ism_emu::testkit::rig::{Rig, BASE, IEQ_AT};
-use ism_emu::util::ratelimit::Budget;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError};
 
@@ -813,20 +812,13 @@ fn fabric_snapshot(rig: &Rig) -> FabricSnapshot {
         // A rejected move is still timed: service time is not device state.
         v.counters.move_service = Default::default();
     }
-    let st = rig.fabric.lock();
-    let functions = st
-        .functions
-        .iter()
-        .zip(views)
-        .map(|(f, v)| {
-            format!(
-                "{v:?} vlans {:?} required {} ieq {:?} generation {}",
-                f.vlans, f.vlan_required, f.ieq, f.generation
-            )
-        })
+    let functions = views
+        .into_iter()
+        .enumerate()
+        .map(|(id, v)| format!("{v:?} {}", rig.hidden_state(id)))
         .collect();
     FabricSnapshot {
-        dmbs: st.dmbs.values().cloned().collect(),
+        dmbs: rig.fabric.dmbs(),
         functions,
         observer_calls: rig.sink.calls().len(),
     }
@@ -852,7 +844,7 @@ fn snapshot_rams(rig: &Rig) -> Vec<Vec<u8>> {
 fn perform(rig: &mut Rig, model: &Model, op: &Op) -> bool {
     let n = rig.rams.len();
     let id = op.function() % n;
-    let attached = rig.fabric.lock().functions[id].attached;
+    let attached = rig.fabric.function_views()[id].attached;
     if !attached && !matches!(op, Op::Attach { .. }) {
         return false;
     }
@@ -1013,9 +1005,7 @@ fn ieq_index(rig: &Rig, id: usize) -> u64 {
 
 fn run(s: &Scenario, checks: Checks) -> Result<(), TestCaseError> {
     let mut rig = Rig::with_ram(s.functions, RAM);
-    for f in &mut rig.fabric.lock().functions {
-        f.signals = Budget::new(0, SIGNAL_BURST);
-    }
+    rig.signal_budget(SIGNAL_BURST);
     let mut model = Model::new(&rig, s.functions);
     let snapshots = checks.isolation || checks.rejections;
     for (step, op) in s.ops.iter().enumerate() {
@@ -1032,7 +1022,7 @@ fn run(s: &Scenario, checks: Checks) -> Result<(), TestCaseError> {
         // The live tokens are the model's, whatever happened (token uniqueness follows:
         // the table is keyed by token, so a token the device gave twice would have
         // replaced a DMB the model still holds).
-        let live: Vec<u64> = rig.fabric.lock().dmbs.keys().copied().collect();
+        let live: Vec<u64> = rig.fabric.dmbs().iter().map(|d| d.token).collect();
         if let Some(dmb) = fx.registered {
             let token = live.iter().copied().find(|t| !model.dmbs.contains_key(t));
             prop_assert!(token.is_some(), "no new token at {}", at);
@@ -1055,11 +1045,11 @@ fn run(s: &Scenario, checks: Checks) -> Result<(), TestCaseError> {
         prop_assert_eq!(&live, &expected, "live tokens at {}", at);
         if checks.tokens {
             // A departed function's tokens are gone with it.
-            let st = rig.fabric.lock();
+            let dmbs = rig.fabric.dmbs();
             for (id, f) in model.functions.iter().enumerate() {
                 if !f.attached {
                     prop_assert!(
-                        !st.dmbs.values().any(|d| d.owner == id),
+                        !dmbs.iter().any(|d| d.owner == id),
                         "detached ism{} still owns DMBs at {}",
                         id,
                         at

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ism_emu::default_gid;
 use ism_emu::fault::FaultSpec;
 use ism_emu::observer::Observer;
-use ism_emu::trace::{self, FunctionHeader, Header, Tracer};
+use ism_emu::record::{self as trace, FunctionHeader, Header, Tracer};
 use support::*;
 use vmm_sys_util::tempdir::TempDir;
 
@@ -63,10 +63,12 @@ fn record(path: &std::path::Path, payload: bool) -> (Vec<String>, String) {
     (live, summaries)
 }
 
-fn replayed(path: &std::path::Path) -> (Vec<String>, String, ism_emu::replay::ReplayReport) {
+fn replayed(
+    path: &std::path::Path,
+) -> (Vec<String>, String, ism_emu::record::replay::ReplayReport) {
     let observer = Arc::new(Observer::default());
     let lines = observer.follow();
-    let (_fabric, report) = ism_emu::replay::replay(path, Arc::clone(&observer)).unwrap();
+    let (_fabric, report) = ism_emu::record::replay::replay(path, Arc::clone(&observer)).unwrap();
     let events: Vec<String> = lines.try_iter().collect();
     let summaries = serde_json::to_string(&observer.summaries()).unwrap();
     (events, summaries, report)
@@ -199,7 +201,7 @@ fn a_hostile_trace_is_refused_or_reported_never_obeyed() {
     ];
     std::fs::write(&path, format!("{head}\n{}\n", body.join("\n"))).unwrap();
     let observer = Arc::new(Observer::default());
-    match ism_emu::replay::replay(&path, observer) {
+    match ism_emu::record::replay::replay(&path, observer) {
         Ok((_, report)) => assert!(report.mismatches >= 1, "{report:?}"),
         Err(e) => assert!(e.to_string().contains("guest memory"), "{e}"),
     }
@@ -209,7 +211,7 @@ fn a_hostile_trace_is_refused_or_reported_never_obeyed() {
         format!("{head}\n{{\"t\":1,\"op\":\"attach\",\"f\":5}}\n"),
     )
     .unwrap();
-    match ism_emu::replay::replay(&path, Arc::new(Observer::default())) {
+    match ism_emu::record::replay::replay(&path, Arc::new(Observer::default())) {
         Err(e) => assert!(e.to_string().contains("function 5"), "{e}"),
         Ok(_) => panic!("a record for function 5 was replayed"),
     }

@@ -128,19 +128,19 @@ struct Run {
 
 impl Run {
     fn pick(&self, i: u8) -> Option<u64> {
-        let tokens: Vec<u64> = self.world.fabric.lock().dmbs.keys().copied().collect();
+        let tokens: Vec<u64> = self.world.fabric.dmbs().iter().map(|d| d.token).collect();
         (!tokens.is_empty()).then(|| tokens[usize::from(i) % tokens.len()])
     }
 
     /// The DMB's bytes in its owner's RAM (each guest maps its RAM once, at BASE).
     fn dmb_bytes(&self, token: u64) -> Option<Vec<u8>> {
-        let dmb = self.world.fabric.lock().dmbs.get(&token).cloned()?;
+        let dmb = self.world.fabric.dmb(token)?;
         let ram = &self.world.guests[dmb.owner].ram;
         Some(ram.read(dmb.iova - BASE, dmb.len as usize).expect("RAM"))
     }
 
     fn do_move(&mut self, token: u64, from_owner: bool, offset: u32, signal: bool, data: &[u8]) {
-        let Some(dmb) = self.world.fabric.lock().dmbs.get(&token).cloned() else {
+        let Some(dmb) = self.world.fabric.dmb(token) else {
             return;
         };
         let sender = if from_owner {
@@ -178,7 +178,7 @@ impl Run {
     }
 
     fn check(&self) {
-        let live: Vec<u64> = self.world.fabric.lock().dmbs.keys().copied().collect();
+        let live: Vec<u64> = self.world.fabric.dmbs().iter().map(|d| d.token).collect();
         for s in self.observer.summaries() {
             assert_eq!(
                 s.reuses,
@@ -233,7 +233,7 @@ fuzz_target!(|ops: Vec<Op>| {
             }
             Op::Unregister { dmb } => {
                 if let Some(token) = run.pick(*dmb) {
-                    let owner = run.world.fabric.lock().dmbs[&token].owner;
+                    let owner = run.world.fabric.dmb(token).expect("a live DMB").owner;
                     let reply = run.world.op_command(owner, &wire::unreg_dmb(token));
                     assert_eq!(reply.ret, 0, "the owner unregisters its DMB");
                 }
@@ -276,21 +276,21 @@ fuzz_target!(|ops: Vec<Op>| {
             }
             Op::OwnerZeroes { dmb } => {
                 if let Some(token) = run.pick(*dmb) {
-                    let dmb = run.world.fabric.lock().dmbs[&token].clone();
+                    let dmb = run.world.fabric.dmb(token).expect("a live DMB");
                     let zeros = vec![0; dmb.len as usize];
                     run.world.guest_write(dmb.owner, dmb.iova - BASE, &zeros);
                 }
             }
             Op::OwnerDirties { dmb, at, byte } => {
                 if let Some(token) = run.pick(*dmb) {
-                    let dmb = run.world.fabric.lock().dmbs[&token].clone();
+                    let dmb = run.world.fabric.dmb(token).expect("a live DMB");
                     let at = u64::from(*at) % u64::from(dmb.len);
                     run.world
                         .guest_write(dmb.owner, dmb.iova - BASE + at, &[*byte]);
                 }
             }
             Op::Poll => {
-                let tokens: Vec<u64> = run.world.fabric.lock().dmbs.keys().copied().collect();
+                let tokens: Vec<u64> = run.world.fabric.dmbs().iter().map(|d| d.token).collect();
                 let before: Vec<_> = tokens
                     .iter()
                     .map(|&t| (t, run.summary(t).zeroed_after_close, run.dmb_bytes(t)))

@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
             world.read_reply(f).check_shape(op);
         }
     }
-    let tokens: Vec<u64> = world.fabric.lock().dmbs.keys().copied().collect();
+    let tokens: Vec<u64> = world.fabric.dmbs().iter().map(|d| d.token).collect();
     for token in tokens {
         for sender in 0..FUNCTIONS {
             let at = wire::move_offset(token, 0, true, 0);

@@ -147,7 +147,7 @@ fn peer(pick: u8, n: usize) -> u64 {
 
 /// A registered token, or (one past the last) a token nobody holds.
 fn token(world: &World, pick: u8) -> u64 {
-    let tokens: Vec<u64> = world.fabric.lock().dmbs.keys().copied().collect();
+    let tokens: Vec<u64> = world.fabric.dmbs().iter().map(|d| d.token).collect();
     let i = usize::from(pick) % (tokens.len() + 1);
     tokens.get(i).copied().unwrap_or(u64::from(pick) << 32)
 }

@@ -17,6 +17,7 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use ism_emu::backend::Device;
 use ism_emu::backend::IsmBackend;
 use ism_emu::fabric::Fabric;
 use ism_emu::ism::status::{IEQ_LEN, SBA_LEN};
@@ -24,7 +25,6 @@ use ism_emu::ism::MoveAddress;
 use ism_emu::observer::EventSink;
 use ism_emu::pci::{Bar, Region};
 use ism_emu::testkit::GuestRam;
-use ism_emu::backend::Device;
 use vfio_user::{DmaMapFlags, DmaUnmapFlags};
 
 pub mod seeds;
@@ -195,13 +195,12 @@ impl World {
     /// Everything the function registered that the device may write on its own:
     /// SBA and IEQ, as the fabric has them now.
     pub fn allow_status_areas(&self, allowed: &mut Allowed, function: usize) {
-        let st = self.fabric.lock();
-        let f = &st.functions[function];
+        let f = &self.fabric.function_views()[function];
         if let Some(sba) = f.sba {
-            allowed.iova(function, sba.iova, SBA_LEN);
+            allowed.iova(function, sba, SBA_LEN);
         }
         if let Some(ieq) = f.ieq {
-            allowed.iova(function, ieq.iova, IEQ_LEN);
+            allowed.iova(function, ieq, IEQ_LEN);
         }
     }
 
@@ -321,12 +320,12 @@ impl World {
             && data.len() <= PAGE as usize;
         let is_move = matches!(Region::from_index(region), Some(Region::Bar(Bar::Move)))
             && data.len() <= ism_emu::ism::MAX_MOVE_LEN;
-        let before = self.fabric.lock().functions[f].counters.clone();
+        let before = self.fabric.function_views()[f].counters.clone();
         let answered = self.guests[f]
             .backend
             .region_write(region, offset, data, is_move && offset & 1 == 1)
             .is_ok();
-        let held = self.fabric.lock().functions[f].counters.moves_held > before.moves_held;
+        let held = self.fabric.function_views()[f].counters.moves_held > before.moves_held;
         let ok = answered && !held;
         if executes {
             self.expect[f].commands += 1;
@@ -343,7 +342,7 @@ impl World {
                 self.expect[f].moves_rejected += 1;
             }
         }
-        let after = self.fabric.lock().functions[f].counters.clone();
+        let after = self.fabric.function_views()[f].counters.clone();
         assert!(
             after.commands >= before.commands && after.moves_out >= before.moves_out,
             "counters went backwards"
@@ -356,7 +355,7 @@ impl World {
     /// (and the owner's SBA when it signals). Returns whether it was accepted.
     pub fn move_data(&mut self, sender: usize, window_offset: u64, data: &[u8]) -> bool {
         let addr = MoveAddress::decode(window_offset);
-        let dmb = self.fabric.lock().dmbs.get(&addr.token).cloned();
+        let dmb = self.fabric.dmb(addr.token);
         let mut allowed = Allowed::new(self.len());
         if let Some(dmb) = &dmb {
             let start = dmb.iova.saturating_add(u64::from(addr.offset));
@@ -369,7 +368,7 @@ impl World {
         // that put the DMB over its own SBA sees those bits in the DMB (the campaign's
         // one crash: a check of the harness, not a fault of the device).
         let sba = match &dmb {
-            Some(dmb) if addr.signal => self.fabric.lock().functions[dmb.owner].sba,
+            Some(dmb) if addr.signal => self.fabric.function_views()[dmb.owner].sba,
             _ => None,
         };
         let ok = self.region_write(sender, MOVE_REGION, window_offset, data);
@@ -398,8 +397,7 @@ impl World {
                     if landed[..] != data[..] {
                         let in_sba = |i: usize| {
                             sba.is_some_and(|sba| {
-                                (sba.iova..sba.iova.saturating_add(SBA_LEN))
-                                    .contains(&(start + i as u64))
+                                (sba..sba.saturating_add(SBA_LEN)).contains(&(start + i as u64))
                             })
                         };
                         let wrong = (0..data.len()).find(|&i| landed[i] != data[i] && !in_sba(i));
@@ -463,9 +461,9 @@ impl World {
     }
 
     fn check_counters(&self) {
-        let st = self.fabric.lock();
+        let views = self.fabric.function_views();
         let (mut out, mut bytes_out, mut moves_in, mut bytes_in) = (0, 0, 0, 0);
-        for (f, function) in st.functions.iter().enumerate() {
+        for (f, function) in views.iter().enumerate() {
             let c = &function.counters;
             let e = &self.expect[f];
             assert_eq!(c.commands, e.commands, "function {f}: commands counted");
@@ -488,11 +486,11 @@ impl World {
         assert_eq!(out, moves_in, "every accepted move lands in one DMB");
         assert_eq!(bytes_out, bytes_in, "every accepted byte lands once");
         let mut seen = BTreeMap::new();
-        for (token, dmb) in &st.dmbs {
-            assert_eq!(*token, dmb.token);
+        for dmb in self.fabric.dmbs() {
+            let token = dmb.token;
             assert_eq!(token & 0xffff_ffff, 0, "token {token:#x} has low bits");
             assert!(
-                *token < 1 << ism_emu::ism::MOVE_WINDOW_SHIFT,
+                token < 1 << ism_emu::ism::MOVE_WINDOW_SHIFT,
                 "token beyond the window"
             );
             let slot = seen.insert((dmb.owner, dmb.sba_idx), dmb.token);

@@ -8,8 +8,7 @@ use crate::ism::status::{Event, EventType, Ieq, Sba, IEQ_LEN, SBA_LEN};
 use crate::ism::wire::MAX_VLAN_IDS;
 use crate::ism::{MAX_DMB_LEN, MOVE_WINDOW_SHIFT};
 
-use super::{Fabric, FabricState};
-use crate::trace::Record;
+use super::{Fabric, FabricState, Record};
 
 /// Tokens are `n << 32` with `1 <= n < 2^(MOVE_WINDOW_SHIFT - 32)`.
 const MAX_TOKEN_INDEX: u64 = (1 << (MOVE_WINDOW_SHIFT - 32)) - 1;
@@ -332,7 +331,7 @@ mod tests {
         let token = rig.reg_dmb(0, rig.gid(1), 32);
         let err = rig.fabric.execute(1, Command::UnregDmb { token });
         assert_eq!(err, Err(CommandError::UnknownToken(token)));
-        assert_eq!(rig.fabric.lock().functions[1].counters.command_errors, 1);
+        assert_eq!(rig.fabric.function_views()[1].counters.command_errors, 1);
     }
 
     #[test]

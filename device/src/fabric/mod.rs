@@ -3,16 +3,23 @@
 //!
 //! This is the only state shared between functions, behind one lock, never held across a
 //! socket write. What the lock covers is listed in docs/architecture.md ("One lock").
-//! The fabric reports what happens through an [`EventSink`] (the observer) and knows
-//! nothing else above it. Commands are in `commands`, data moves in `moves`.
+//! The fabric reports what happens through an [`EventSink`] (the observer) and a
+//! [`Recorder`] (a trace), and reads what is not its own state (guest memory it did not
+//! write, time to wait) through [`GuestReads`]: live, or a trace's in a replay. It knows
+//! nothing above it. Commands are in `commands`, data moves in `moves`, held failures of
+//! posted moves in `held`, the zeroing watch in `zeroing`, injected faults in `inject`.
 
 mod commands;
-mod faults;
+mod held;
+mod inject;
 mod moves;
+mod reads;
+mod recorder;
+mod zeroing;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
@@ -23,36 +30,39 @@ use crate::fault::FaultPlan;
 use crate::interrupts::{Interrupts, IrqError};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::observer::report::{Counters, FunctionView};
-use crate::observer::{EventSink, ReuseCheck};
-use crate::trace::{Record, Tracer};
+use crate::observer::EventSink;
 use crate::util::ratelimit::{guest_log, Budget};
 
-pub use faults::FaultAdded;
-pub use moves::{HeldFailures, MoveError, Stored, HELD_TOKENS};
+pub use held::{HeldFailures, Slot, HELD_TOKENS};
+pub use inject::FaultAdded;
+pub use moves::{MoveError, Stored};
+pub use reads::{GuestReads, LiveReads, PendingRead, ReuseRead};
+pub use recorder::{MoveResult, MoveVia, Record, Recorder, CDC_AREA};
 
-/// One function's device state, as far as other functions can see it.
+/// One function's device state, as far as other functions can see it. Outside the
+/// fabric it is seen through [`Fabric::function_views`].
 pub struct FunctionState {
-    pub name: String,
-    pub gid: u64,
-    pub attached: bool,
-    pub dma: DmaSpace,
-    pub sba: Option<Sba>,
-    pub ieq: Option<Ieq>,
-    pub irq: Interrupts,
-    pub vlans: BTreeSet<u64>,
-    pub vlan_required: bool,
-    pub counters: Counters,
+    pub(crate) name: String,
+    pub(crate) gid: u64,
+    pub(crate) attached: bool,
+    pub(crate) dma: DmaSpace,
+    pub(crate) sba: Option<Sba>,
+    pub(crate) ieq: Option<Ieq>,
+    pub(crate) irq: Interrupts,
+    pub(crate) vlans: BTreeSet<u64>,
+    pub(crate) vlan_required: bool,
+    pub(crate) counters: Counters,
     /// Bytes of DMBs this function's moves may have read for reuse checks.
-    pub reuse_reads: Budget,
+    pub(crate) reuse_reads: Budget,
     /// SIGNAL_IEQs this function may send.
-    pub signals: Budget,
+    pub(crate) signals: Budget,
     /// Counts detaches (disconnects, resets): a grant (a DMB registered for this
     /// function's GID) holds for the generation it was made in only, not for the next
     /// client. A grant made while no client is attached holds for the next one.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// Failures of its moves without the signal, refusing its signalling moves into their
     /// DMBs until the owner resets them.
-    pub held: HeldFailures,
+    held: HeldFailures,
 }
 
 /// SIGNAL_IEQ per sending function: a burst of 8, then 100 a second. The target's IEQ
@@ -144,9 +154,11 @@ pub enum EventLost {
     Dma(DmaError),
 }
 
+/// The state behind the fabric's lock. Its fields are the fabric's (and the testkit's):
+/// others see it through [`Fabric::function_views`] and [`Fabric::dmbs`].
 pub struct FabricState {
-    pub functions: Vec<FunctionState>,
-    pub dmbs: BTreeMap<u64, Dmb>,
+    pub(crate) functions: Vec<FunctionState>,
+    pub(crate) dmbs: BTreeMap<u64, Dmb>,
     next_token: u64,
 }
 
@@ -169,16 +181,25 @@ pub struct Fabric {
     /// Interrupts an `irq-delay` fault holds back, to the thread that raises them later.
     irq_delay: Mutex<Option<SyncSender<(Instant, File, FunctionId)>>>,
     /// Records every operation when set (`serve --trace`).
-    tracer: OnceLock<Tracer>,
-    /// Replaying a trace: guest-memory reads come from the trace instead.
-    replaying: AtomicBool,
-    /// A replay's recorded reuse reads, per function, for its next moves.
-    replay_reuse: Mutex<Vec<VecDeque<ReuseCheck>>>,
+    tracer: OnceLock<Box<dyn Recorder>>,
+    /// Guest memory the fabric did not write, and time: live, or a trace's.
+    reads: Arc<dyn GuestReads>,
 }
 
 impl Fabric {
     /// A fabric of the given `(name, gid)` functions; a function's id is its position.
     pub fn new(chid: u16, functions: Vec<(String, u64)>, events: Arc<dyn EventSink>) -> Self {
+        Self::with_reads(chid, functions, events, Arc::new(LiveReads))
+    }
+
+    /// The same, reading guest memory (and waiting) through `reads` (a replay's are the
+    /// trace's).
+    pub fn with_reads(
+        chid: u16,
+        functions: Vec<(String, u64)>,
+        events: Arc<dyn EventSink>,
+        reads: Arc<dyn GuestReads>,
+    ) -> Self {
         let identities = functions.clone();
         let functions = functions
             .into_iter()
@@ -197,83 +218,35 @@ impl Fabric {
             faults_on: AtomicBool::new(false),
             irq_delay: Mutex::new(None),
             tracer: OnceLock::new(),
-            replaying: AtomicBool::new(false),
-            replay_reuse: Mutex::new(Vec::new()),
+            reads,
         }
     }
 
     /// Records every operation from now on (before the functions serve).
-    pub fn set_tracer(&self, tracer: Tracer) {
-        if self.tracer.set(tracer).is_err() {
+    pub fn set_tracer(&self, tracer: impl Recorder + 'static) {
+        if self.tracer.set(Box::new(tracer)).is_err() {
             log::warn!("a tracer was set already; the second one is ignored");
         }
     }
 
-    pub fn tracer(&self) -> Option<&Tracer> {
-        self.tracer.get()
+    pub fn tracer(&self) -> Option<&dyn Recorder> {
+        self.tracer.get().map(|t| &**t)
     }
 
     /// Records an operation, if tracing (the record is built only then).
-    fn trace(&self, record: impl FnOnce(&Tracer) -> Record) {
+    fn trace(&self, record: impl FnOnce(&dyn Recorder) -> Record) {
         if let Some(tracer) = self.tracer.get() {
-            tracer.record(record(tracer));
+            tracer.record(record(&**tracer));
         }
-    }
-
-    /// Makes this fabric a replay's: reads of guest memory (reuse checks, zeroing looks)
-    /// take the trace's results, given through [`Fabric::replay_reuse`] and
-    /// [`Fabric::replay_zero_tick`].
-    pub fn set_replaying(&self) {
-        self.replaying.store(true, Ordering::SeqCst);
-        *self.replay_reuse.lock().unwrap_or_else(|p| p.into_inner()) =
-            vec![VecDeque::new(); self.identities.len()];
-    }
-
-    pub(crate) fn replaying(&self) -> bool {
-        self.replaying.load(Ordering::Relaxed)
-    }
-
-    /// A recorded reuse read, for function `id`'s next move that asks for one.
-    pub fn replay_reuse(&self, id: FunctionId, check: ReuseCheck) {
-        if let Some(q) = self
-            .replay_reuse
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(id)
-        {
-            q.push_back(check);
-        }
-    }
-
-    /// A replayed move of `id` is done: a reuse read recorded for it and not used (the
-    /// move failed before it looked) must not serve the next one.
-    pub fn replay_move_done(&self, id: FunctionId) {
-        if let Some(q) = self
-            .replay_reuse
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(id)
-        {
-            q.clear();
-        }
-    }
-
-    fn next_replayed_reuse(&self, id: FunctionId) -> ReuseCheck {
-        self.replay_reuse
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(id)
-            .and_then(VecDeque::pop_front)
-            .unwrap_or(ReuseCheck::Unknown("not read"))
     }
 
     pub fn chid(&self) -> u16 {
         self.chid
     }
 
-    /// The state, for observers and tests. A poisoned lock is still usable: every update
-    /// leaves the state consistent before anything can panic.
-    pub fn lock(&self) -> MutexGuard<'_, FabricState> {
+    /// The state. A poisoned lock is still usable: every update leaves the state
+    /// consistent before anything can panic.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, FabricState> {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -302,6 +275,16 @@ impl Fabric {
                 counters: f.counters.clone(),
             })
             .collect()
+    }
+
+    /// The registered DMBs, by token.
+    pub fn dmbs(&self) -> Vec<Dmb> {
+        self.lock().dmbs.values().cloned().collect()
+    }
+
+    /// The DMB registered with `token`, if any.
+    pub fn dmb(&self, token: u64) -> Option<Dmb> {
+        self.lock().dmbs.get(&token).cloned()
     }
 
     pub fn attach(&self, id: FunctionId) {
@@ -444,7 +427,7 @@ mod tests {
         let rig = Rig::new(3);
         let token = rig.reg_dmb(1, rig.gid(0), 32);
         rig.fabric.detach(1, "client disconnected", false);
-        assert!(rig.fabric.lock().dmbs.is_empty());
+        assert!(rig.fabric.dmbs().is_empty());
         let (idx, entry) = rig.ieq(0, 0);
         assert_eq!(idx, 1, "ism0 shared a DMB with ism1");
         assert_eq!(entry.kind.get(), EventType::Gid as u32);
@@ -463,7 +446,7 @@ mod tests {
         rig.fabric.detach(0, "function reset", true);
         let detached = rig.sink.calls().into_iter();
         assert_eq!(detached.filter(|c| c.starts_with("detached")).count(), 1);
-        assert!(rig.fabric.lock().functions[0].attached);
+        assert!(rig.fabric.function_views()[0].attached);
     }
 
     #[test]

@@ -20,6 +20,18 @@ use vmm_sys_util::tempfile::TempFile;
 
 pub use client::{cmd, expect_ok, msg, Client, CommandReply, Reply};
 
+/// The move-window offset of a store into element 0 of DMB `token` at `offset`, with or
+/// without the signal.
+pub fn window(token: u64, offset: u32, signal: bool) -> u64 {
+    crate::ism::MoveAddress {
+        token,
+        dmbe: 0,
+        signal,
+        offset,
+    }
+    .encode()
+}
+
 /// The VLAN id with which the driver probes for SMC-Dv2 capability.
 pub const VLAN_SMCD_V2: u64 = 0x1fff;
 

@@ -2,6 +2,7 @@
 //! the fuzz targets: no sockets, no threads. Each function's RAM is mapped at `BASE`, with
 //! the SBA in its first page, the IEQ in its second and DMBs from `DMB_AREA` on, 64 KiB
 //! apart (`Rig::with_ram` makes the RAM smaller; its user then places DMBs itself).
+use crate::util::ratelimit::Budget;
 use std::sync::{Arc, Mutex};
 
 use zerocopy::FromBytes;
@@ -143,6 +144,30 @@ impl Rig {
             len: IEQ_LEN,
         };
         self.fabric.execute(id, ieq).unwrap();
+    }
+
+    /// Gives every function `burst` SIGNAL_IEQs, refilled never: a test's outcome must
+    /// not depend on how fast it runs.
+    pub fn signal_budget(&self, burst: u64) {
+        for f in &mut self.fabric.lock().functions {
+            f.signals = Budget::new(0, burst);
+        }
+    }
+
+    /// Gives function `id` `bytes` more of reuse reads, refilled never.
+    pub fn reuse_read_budget(&self, id: FunctionId, bytes: u64) {
+        self.fabric.lock().functions[id].reuse_reads = Budget::new(0, bytes);
+    }
+
+    /// What of function `id`'s state the snapshot does not show (VLANs, the IEQ's
+    /// position, the grant generation), as text to compare.
+    pub fn hidden_state(&self, id: FunctionId) -> String {
+        let st = self.fabric.lock();
+        let f = &st.functions[id];
+        format!(
+            "vlans {:?} required {} ieq {:?} generation {}",
+            f.vlans, f.vlan_required, f.ieq, f.generation
+        )
     }
 
     /// A new client (a new guest with fresh RAM) attaches to function `id` after the last

@@ -1,19 +1,11 @@
-//! Recorded traces: everything the device is asked to do, in order, so that a run can be
-//! replayed offline through the same device model and observer (`ism-emu replay`).
+//! The trace file: its header, one JSON line per [`Record`], the writer thread that
+//! records a live run (`serve --trace`) and the reader a replay starts from.
 //!
 //! Format (docs/trace.md): JSON lines. The first is a [`Header`] (`"trace":"ism-emu"`,
 //! `version`, the fabric's CHID and functions); each following line is one operation
 //! with its time `t` (µs since the Unix epoch, the time the observer gave its events) and
 //! `op`. The fabric records an operation under its lock, so the order of the lines is
 //! the order in which the operations changed the device's state.
-//!
-//! What the device reads from guest memory on its own (the reuse check before a reused
-//! connection's first move, the zeroing watch's looks) depends on what the *guest* wrote
-//! there, which no operation carries: the trace records those reads' results, and a
-//! replay uses them instead of reading. Move payloads are recorded only with
-//! `--trace-payload`, except the first 32 bytes of a DMB (where the peer writes its CDC
-//! messages, which the observer follows): a trace holds no user data by default; a
-//! replayed move without its bytes writes zeros after the recorded ones.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
@@ -23,20 +15,15 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dmb::{now_us, FunctionId};
-use crate::ism::command::Command;
+use crate::dmb::now_us;
+use crate::fabric::{Record, Recorder};
 use crate::observer::json::{chid, hex};
-use crate::observer::{ReuseCheck, ZeroScan};
 use crate::util::line_writer::{LineWriter, Sink};
 
 /// The format's version: a replay refuses other versions. 2: `store` is a waited store
 /// (its failure answered, never held) and `posted` a posted one (version 1 held the
 /// failure of every store without the signal).
 pub const VERSION: u32 = 2;
-/// Bytes at the start of a DMB that are always recorded: the CDC message a peer writes
-/// there (32 bytes; the user's data starts after it), which is all of a move the
-/// observer reads.
-pub const CDC_AREA: usize = crate::observer::dmb_life::cdc::LEN;
 /// Records queued for the writer; beyond it records are lost (and counted in the trace).
 const QUEUE: usize = 1 << 16;
 
@@ -60,114 +47,6 @@ pub struct FunctionHeader {
 }
 
 /// How a move reached the fabric.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum MoveVia {
-    /// `Fabric::store_move` of a waited store: the backend's path (a failure is answered).
-    Store,
-    /// `Fabric::store_move` of a store the client posted (a failure is held).
-    Posted,
-    /// `Fabric::move_data`.
-    Data,
-}
-
-/// What became of a recorded move.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum MoveResult {
-    Landed,
-    Held,
-    Rejected,
-}
-
-/// One operation. `f` is the function's index (its position in the header).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum Record {
-    Attach {
-        f: FunctionId,
-    },
-    Detach {
-        f: FunctionId,
-        reason: String,
-        still_attached: bool,
-    },
-    DmaMap {
-        f: FunctionId,
-        #[serde(with = "hex")]
-        iova: u64,
-        #[serde(with = "hex")]
-        size: u64,
-        writable: bool,
-    },
-    DmaUnmap {
-        f: FunctionId,
-        #[serde(with = "hex")]
-        iova: u64,
-        #[serde(with = "hex")]
-        size: u64,
-    },
-    DmaUnmapAll {
-        f: FunctionId,
-    },
-    /// A command and the `ret` it was answered with (0: success).
-    Cmd {
-        f: FunctionId,
-        cmd: Command,
-        ret: u16,
-    },
-    /// A command that did not decode (it never reached the fabric's state).
-    Undecodable {
-        f: FunctionId,
-    },
-    /// A data move: the store's offset in the move window, its length, its bytes (hex;
-    /// all of them with `--trace-payload`, else only those in the CDC area), and its
-    /// outcome.
-    Move {
-        f: FunctionId,
-        via: MoveVia,
-        #[serde(with = "hex")]
-        window: u64,
-        len: usize,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        data: Option<String>,
-        result: MoveResult,
-    },
-    /// The reuse check's read for the move that follows (by the same function).
-    Reuse {
-        f: FunctionId,
-        check: ReuseCheck,
-    },
-    /// The failure `f` held for DMB `token` is lifted before its next move: the owner
-    /// reset the DMB's CDC slot (fabric/moves.rs, `HeldFailures`).
-    HeldLifted {
-        f: FunctionId,
-        #[serde(with = "hex")]
-        token: u64,
-    },
-    /// One tick of the zeroing watch: what each look found, by token.
-    ZeroTick {
-        results: Vec<(u64, ZeroScan)>,
-    },
-    /// The interrupt of a signalling move into a DMB of `f`.
-    Irq {
-        f: FunctionId,
-        #[serde(with = "hex")]
-        token: u64,
-        how: String,
-    },
-    FaultAdd {
-        spec: String,
-    },
-    FaultClear {
-        id: Option<u32>,
-    },
-    /// Records the writer could not keep up with: the trace is incomplete here.
-    Lost {
-        count: u64,
-    },
-}
-
 #[derive(Serialize, Deserialize)]
 struct Line {
     t: u64,
@@ -231,16 +110,17 @@ impl Tracer {
             payload: header.payload,
         })
     }
+}
 
-    /// Whether move payloads are recorded.
-    pub fn payload(&self) -> bool {
+impl Recorder for Tracer {
+    fn payload(&self) -> bool {
         self.payload
     }
 
     /// Records one operation at the current (operation's) time. Called under the
     /// fabric's lock, within the operation ([`crate::dmb::OpTime`]): the lines reach the
     /// file in the lock's order, with times that never go back.
-    pub fn record(&self, record: Record) {
+    fn record(&self, record: Record) {
         let t = now_us();
         let Ok(text) = serde_json::to_string(&Line { t, record }) else {
             return;
@@ -251,7 +131,7 @@ impl Tracer {
     }
 
     /// Waits until every record so far is in the file.
-    pub fn sync(&self) {
+    fn sync(&self) {
         self.writer.sync();
     }
 }
@@ -354,11 +234,13 @@ pub fn read(path: &Path) -> Result<(Header, Vec<(u64, Record)>), TraceError> {
     Ok((header, records))
 }
 
-pub use crate::util::hex::{from_hex, to_hex};
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::{MoveResult, MoveVia};
+    use crate::ism::command::Command;
+    use crate::observer::{ReuseCheck, ZeroScan};
+    use crate::util::hex::to_hex;
 
     #[test]
     fn records_round_trip_through_a_file() {

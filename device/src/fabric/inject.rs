@@ -1,6 +1,7 @@
-//! The fabric's side of fault injection: adding and clearing rules, the hooks that ask the
-//! plan (commands, moves, interrupts) and the actions that act at once (a GID-disabled
-//! event). The rules themselves are in [`crate::fault`].
+//! Fault injection into the fabric: adding and clearing rules, the hooks that ask the
+//! plan (commands, moves, interrupts), the actions that act at once (a GID-disabled
+//! event) and the thread that raises delayed interrupts. The rules themselves (grammar,
+//! triggers) are in [`crate::fault`].
 
 use std::fs::File;
 use std::io::Write;
@@ -15,8 +16,7 @@ use crate::fault::{
 use crate::ism::status::{gid_code, Event, EventType};
 use crate::util::ratelimit::guest_log;
 
-use super::{Fabric, FabricState, FunctionState};
-use crate::trace::Record;
+use super::{Fabric, FabricState, FunctionState, Record};
 
 /// Interrupts held back at once by `irq-delay`; beyond that they go out at once.
 const DELAYED_IRQS: usize = 1024;
@@ -159,10 +159,8 @@ impl Fabric {
     pub(super) fn delay_move(&self, sender: FunctionId) {
         if let Some((delay, fired)) = self.ask(|plan| plan.move_delay(&self.identities[sender].0)) {
             self.report(sender, None, &fired);
-            // A replay takes the recorded times; it does not wait them out.
-            if !self.replaying() {
-                std::thread::sleep(delay);
-            }
+            // Waited out live; a replay takes the recorded times instead.
+            self.reads.wait(delay);
         }
     }
 
@@ -291,23 +289,13 @@ mod tests {
     use super::*;
     use crate::fabric::{MoveError, Stored};
     use crate::ism::command::{Command, CommandError};
-    use crate::ism::MoveAddress;
     use crate::testkit::rig::Rig;
+    use crate::testkit::window;
 
     fn add(rig: &Rig, text: &str) -> FaultAdded {
         rig.fabric
             .add_fault(FaultSpec::parse(text).unwrap())
             .unwrap()
-    }
-
-    fn window(token: u64, signal: bool) -> u64 {
-        MoveAddress {
-            token,
-            dmbe: 0,
-            signal,
-            offset: 0,
-        }
-        .encode()
     }
 
     /// Gives function `id` an MSI vector; returns its eventfd.
@@ -335,7 +323,7 @@ mod tests {
             rig.sink.last(),
             "fault 1 at ism1: REG_DMB failed with ret 0x0006"
         );
-        assert_eq!(rig.fabric.lock().functions[1].counters.command_errors, 1);
+        assert_eq!(rig.fabric.function_views()[1].counters.command_errors, 1);
         rig.reg_dmb(1, rig.gid(0), 32);
         rig.reg_dmb(0, rig.gid(1), 32);
         let list = rig.fabric.faults();
@@ -358,7 +346,7 @@ mod tests {
         rig.reg_dmb(0, rig.gid(1), 32);
         let err = rig.try_reg_dmb(0, rig.gid(1), 16384, 33).unwrap_err();
         assert_eq!(err, CommandError::Injected { ret: 6, rule: 2 });
-        assert_eq!(rig.fabric.lock().dmbs.len(), 1);
+        assert_eq!(rig.fabric.dmbs().len(), 1);
     }
 
     #[test]
@@ -368,7 +356,7 @@ mod tests {
         add(&rig, &format!("move@ism0,token={token:#x},next=2"));
         let err = rig
             .fabric
-            .move_data(0, window(token, true), b"abc")
+            .move_data(0, window(token, 0, true), b"abc")
             .unwrap_err();
         assert!(matches!(err, MoveError::Injected { rule: 1, .. }), "{err}");
         assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), [0, 0, 0]);
@@ -376,17 +364,17 @@ mod tests {
         // the next signal fails.
         let stored = rig
             .fabric
-            .store_move(0, window(token, false), b"abc", true)
+            .store_move(0, window(token, 0, false), b"abc", true)
             .unwrap();
         assert!(matches!(stored, Stored::Held(MoveError::Injected { .. })));
         let held = rig
             .fabric
-            .store_move(0, window(token, true), b"x", false)
+            .store_move(0, window(token, 0, true), b"x", false)
             .unwrap_err();
         assert!(matches!(held, MoveError::Held { .. }), "{held}");
         // The rule is spent: moves land again.
         rig.fabric
-            .move_data(0, window(token, true), b"abc")
+            .move_data(0, window(token, 0, true), b"abc")
             .unwrap();
         assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), b"abc");
         let faults = rig.sink.calls();
@@ -401,12 +389,12 @@ mod tests {
         let token = rig.reg_dmb(1, rig.gid(0), 32);
         add(&rig, "irq-drop@ism1,next=1");
         rig.fabric
-            .move_data(0, window(token, true), b"abc")
+            .move_data(0, window(token, 0, true), b"abc")
             .unwrap();
         assert_eq!(rig.ram(1, Rig::dmb_offset(32), 3), b"abc");
         assert!(efd.read().is_err(), "no interrupt");
         rig.fabric
-            .move_data(0, window(token, true), b"def")
+            .move_data(0, window(token, 0, true), b"def")
             .unwrap();
         assert_eq!(efd.read().unwrap(), 1, "the next one goes out");
     }
@@ -418,7 +406,7 @@ mod tests {
         let token = rig.reg_dmb(1, rig.gid(0), 32);
         add(&rig, "irq-delay@ism1,us=100000");
         rig.fabric
-            .move_data(0, window(token, true), b"abc")
+            .move_data(0, window(token, 0, true), b"abc")
             .unwrap();
         assert!(efd.read().is_err(), "not yet");
         std::thread::sleep(Duration::from_millis(400));
@@ -434,7 +422,7 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 rig.fabric
-                    .move_data(0, window(token, true), b"abc")
+                    .move_data(0, window(token, 0, true), b"abc")
                     .unwrap()
             });
             std::thread::sleep(Duration::from_millis(50));
@@ -457,7 +445,7 @@ mod tests {
         assert_eq!(entry.code.get(), gid_code::GID_DISABLED);
         assert_eq!(entry.tok.get(), rig.gid(1));
         assert!(
-            rig.fabric.lock().functions[1].attached,
+            rig.fabric.function_views()[1].attached,
             "the peer is still there"
         );
         assert!(rig.fabric.faults().is_empty(), "an action is not a rule");

@@ -1,5 +1,5 @@
-//! Replaying a recorded trace (crate::trace) through the device model and the observer,
-//! without QEMU or guests: `ism-emu replay TRACE`.
+//! Replaying a recorded trace through the device model and the observer, without QEMU or
+//! guests: `ism-emu replay TRACE`.
 //!
 //! A fresh fabric with the trace's functions carries out each operation at its recorded
 //! time ([`OpTime`]), on guest memory of its own (a sparse memfd per DMA mapping), with
@@ -8,22 +8,31 @@
 //! run's. The device's answers (each command's `ret`, each move's outcome) are compared
 //! with the recorded ones; a difference means the device model changed since the trace
 //! was taken (or the trace is incomplete), and is reported.
+//!
+//! The fabric is the live one: only what it reads through [`GuestReads`] differs. A
+//! trace's `reuse`, `held_lifted` and `zero_tick` records are handed to [`Recorded`]
+//! before the operation that reads them, and a replay does not wait out delays.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MFdFlags};
 
-use crate::dmb::OpTime;
-use crate::fabric::{Fabric, Stored};
+use super::file::{self, TraceError};
+use crate::dmb::{FunctionId, OpTime};
+use crate::fabric::{
+    Fabric, FabricState, GuestReads, MoveResult, MoveVia, Record, ReuseRead, Slot, Stored,
+};
 use crate::fault::FaultSpec;
 use crate::ism::command::CommandError;
 use crate::ism::MAX_MOVE_LEN;
-use crate::observer::{EventSink, Observer};
-use crate::trace::{self, from_hex, MoveResult, MoveVia, Record, TraceError};
+use crate::observer::{EventSink, Observer, ReuseCheck, ZeroScan, ZeroWatch};
+use crate::util::hex::from_hex;
 
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +74,88 @@ impl ReplayReport {
     }
 }
 
+/// What a replayed fabric reads: the trace's results, handed in before the operation that
+/// reads them and forgotten after it.
+#[derive(Default)]
+pub struct Recorded {
+    next: Mutex<Next>,
+}
+
+#[derive(Default)]
+struct Next {
+    /// Reuse reads, per function, for its next move.
+    reuse: Vec<VecDeque<ReuseCheck>>,
+    /// Held failures lifted at a function's next move: (function, token).
+    lifted: Vec<(FunctionId, u64)>,
+    /// The next zeroing tick's looks.
+    looks: Vec<(u64, ZeroScan)>,
+}
+
+impl Recorded {
+    fn next(&self) -> MutexGuard<'_, Next> {
+        self.next.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A recorded reuse read, for function `f`'s next move that asks for one.
+    fn reuse_read(&self, f: FunctionId, check: ReuseCheck) {
+        let mut next = self.next();
+        if next.reuse.len() <= f {
+            next.reuse.resize_with(f + 1, VecDeque::new);
+        }
+        next.reuse[f].push_back(check);
+    }
+
+    /// The failure `f` held for `token` is lifted at its next move.
+    fn lifted(&self, f: FunctionId, token: u64) {
+        self.next().lifted.push((f, token));
+    }
+
+    /// A move of `f` is done: what was recorded for it and not used (the move failed
+    /// before it looked) must not serve the next one.
+    fn move_done(&self, f: FunctionId) {
+        let mut next = self.next();
+        if let Some(q) = next.reuse.get_mut(f) {
+            q.clear();
+        }
+        next.lifted.retain(|&(g, _)| g != f);
+    }
+}
+
+impl GuestReads for Recorded {
+    fn reuse(&self, _st: &mut FabricState, sender: FunctionId, _token: u64) -> ReuseRead {
+        let check = self
+            .next()
+            .reuse
+            .get_mut(sender)
+            .and_then(VecDeque::pop_front);
+        ReuseRead::Found(check.unwrap_or(ReuseCheck::Unknown("not read")))
+    }
+
+    /// Not kept: whether the failure is lifted is the trace's `held_lifted`.
+    fn cdc_slot(&self, _st: &FabricState, _token: u64) -> Option<Slot> {
+        None
+    }
+
+    fn slot_reset(
+        &self,
+        _st: &FabricState,
+        sender: FunctionId,
+        token: u64,
+        _then: Option<&Slot>,
+    ) -> bool {
+        let mut next = self.next();
+        let at = next.lifted.iter().position(|&l| l == (sender, token));
+        at.map(|at| next.lifted.remove(at)).is_some()
+    }
+
+    fn zero_looks(&self, _fabric: &Fabric, _watch: Vec<ZeroWatch>) -> Vec<(u64, ZeroScan)> {
+        std::mem::take(&mut self.next().looks)
+    }
+
+    /// The recorded times stand for the delay.
+    fn wait(&self, _delay: Duration) {}
+}
+
 /// Guest memory for one replayed mapping: sealed like QEMU's, sparse until written.
 fn guest_memory(size: u64) -> io::Result<File> {
     let flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
@@ -81,7 +172,7 @@ pub fn replay(
     path: &Path,
     observer: Arc<Observer>,
 ) -> Result<(Arc<Fabric>, ReplayReport), ReplayError> {
-    let (header, records) = trace::read(path)?;
+    let (header, records) = file::read(path)?;
     let functions = header
         .functions
         .iter()
@@ -89,8 +180,13 @@ pub fn replay(
         .collect::<Vec<_>>();
     let n = functions.len();
     let sink: Arc<dyn EventSink> = observer.clone();
-    let fabric = Arc::new(Fabric::new(header.chid, functions, sink));
-    fabric.set_replaying();
+    let reads = Arc::new(Recorded::default());
+    let fabric = Arc::new(Fabric::with_reads(
+        header.chid,
+        functions,
+        sink,
+        Arc::clone(&reads) as Arc<dyn GuestReads>,
+    ));
     let mut report = ReplayReport {
         records: records.len(),
         ..ReplayReport::default()
@@ -158,8 +254,8 @@ pub fn replay(
                 }
             }
             Record::Undecodable { f } => fabric.command_undecodable(f),
-            Record::Reuse { f, check } => fabric.replay_reuse(f, check),
-            Record::HeldLifted { f, token } => fabric.replay_held_lifted(f, token),
+            Record::Reuse { f, check } => reads.reuse_read(f, check),
+            Record::HeldLifted { f, token } => reads.lifted(f, token),
             Record::Move {
                 f,
                 via,
@@ -188,7 +284,7 @@ pub fn replay(
                         Err(_) => MoveResult::Rejected,
                     },
                 };
-                fabric.replay_move_done(f);
+                reads.move_done(f);
                 if got != result {
                     report.mismatch(
                         index,
@@ -198,8 +294,10 @@ pub fn replay(
             }
             Record::ZeroTick { results } => {
                 report.zero_ticks += 1;
-
-                fabric.replay_zero_tick(&results);
+                reads.next().looks = results;
+                fabric.poll_zeroing();
+                // Looks the watch did not ask for (it had nothing to watch) are dropped.
+                reads.next().looks.clear();
             }
             // The interrupts follow from the moves; nothing to do.
             Record::Irq { .. } => {}
