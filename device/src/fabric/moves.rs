@@ -57,7 +57,7 @@ pub enum Stored {
     /// It landed (and signalled, if it asked to).
     Landed,
     /// It was posted (the client will never learn its result) and failed: held, failing
-    /// the sender's signalling moves into the same DMB (see [`HeldFailures`]).
+    /// the sender's signalling moves into the same DMB (see [`super::HeldFailures`]).
     Held(MoveError),
 }
 

@@ -1,7 +1,7 @@
 //! Recorded traces: everything the device is asked to do, in order (`serve --trace`), and
 //! their replay offline through the same device model and observer (`ism-emu replay`).
 //!
-//! - [`file`]: the trace file: header, lines, the writer thread, the reader;
+//! - [`file`](mod@file): the trace file: header, lines, the writer thread, the reader;
 //! - [`replay`]: a trace run again through a fresh fabric, with the trace's reads.
 //!
 //! # Layering
