@@ -53,8 +53,8 @@ fn a_command_that_does_not_decode_counts_as_a_failed_command() {
 #[test]
 fn a_signalled_move_into_a_dmb_over_the_owners_sba_leaves_the_sba_bits_in_it() {
     use ism_emu::ism::command::{Command, DmbRequest, Response};
-    use ism_emu::ism::MoveAddress;
     use ism_emu::testkit::rig::{Rig, BASE};
+    use ism_emu::testkit::window;
 
     let rig = Rig::new(2);
     let request = DmbRequest {
@@ -69,13 +69,9 @@ fn a_signalled_move_into_a_dmb_over_the_owners_sba_leaves_the_sba_bits_in_it() {
         panic!("REG_DMB over the SBA refused");
     };
     let before = rig.ram(1, 0, 8192);
-    let at = MoveAddress {
-        token,
-        dmbe: 0,
-        signal: true,
-        offset: 0,
-    };
-    rig.fabric.move_data(0, at.encode(), &[0x45; 64]).unwrap();
+    rig.fabric
+        .move_data(0, window(token, 0, true), &[0x45; 64])
+        .unwrap();
     let after = rig.ram(1, 0, 8192);
     let mut expected = before.clone();
     expected[..64].fill(0x45);

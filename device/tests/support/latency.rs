@@ -88,13 +88,7 @@ pub fn measure(victim: &mut Guest, token: u64) -> Stats {
 
 /// A signalled move to offset 64 of element 0 of `token`.
 fn move_to(token: u64) -> u64 {
-    ism_emu::ism::MoveAddress {
-        token,
-        dmbe: 0,
-        signal: true,
-        offset: 64,
-    }
-    .encode()
+    ism_emu::testkit::window(token, 64, true)
 }
 
 /// Measures until a window is within `bound` (at most `ATTEMPTS` windows); returns the
