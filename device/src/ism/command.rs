@@ -160,87 +160,47 @@ pub(super) trait ToCommand {
     fn to_command(&self) -> Result<Command, CommandError>;
 }
 
-/// `ToCommand` for requests that carry nothing but their header.
-macro_rules! bare_command {
-    ($($req:ident => $variant:ident),* $(,)?) => {
+/// `ToCommand` for the requests whose fields map straight onto their variant's.
+macro_rules! to_command {
+    ($($req:ident => |$r:pat_param| $command:expr;)*) => {
         $(impl ToCommand for wire::$req {
             fn to_command(&self) -> Result<Command, CommandError> {
-                Ok(Command::$variant)
+                let $r = self;
+                Ok($command)
             }
         })*
     };
 }
 
-bare_command!(
-    ReadGidRequest => ReadGid,
-    SetVlanRequest => SetVlan,
-    ResetVlanRequest => ResetVlan,
-    QueryInfoRequest => QueryInfo,
-    UnregSbaRequest => UnregSba,
-    UnregIeqRequest => UnregIeq,
-);
-
-impl ToCommand for wire::RegSbaRequest {
-    fn to_command(&self) -> Result<Command, CommandError> {
-        Ok(Command::RegSba {
-            iova: self.sba.get(),
-        })
-    }
+to_command! {
+    RegSbaRequest => |r| Command::RegSba { iova: r.sba.get() };
+    RegIeqRequest => |r| Command::RegIeq { iova: r.ieq.get(), len: r.len.get() };
+    ReadGidRequest => |_| Command::ReadGid;
+    AddVlanIdRequest => |r| Command::AddVlanId(r.vlan_id.get());
+    DelVlanIdRequest => |r| Command::DelVlanId(r.vlan_id.get());
+    SetVlanRequest => |_| Command::SetVlan;
+    ResetVlanRequest => |_| Command::ResetVlan;
+    QueryInfoRequest => |_| Command::QueryInfo;
+    QueryRgidRequest => |r| Command::QueryRgid {
+        rgid: r.rgid.get(),
+        vlan_valid: r.vlan_valid.get(),
+        vlan_id: r.vlan_id.get(),
+    };
+    UnregDmbRequest => |r| Command::UnregDmb { token: r.dmb_tok.get() };
+    SignalIeqRequest => |r| Command::SignalIeq {
+        rgid: r.rgid.get(),
+        trigger_irq: r.trigger_irq.get(),
+        event_code: r.event_code.get(),
+        info: r.info.get(),
+    };
+    UnregSbaRequest => |_| Command::UnregSba;
+    UnregIeqRequest => |_| Command::UnregIeq;
 }
 
-impl ToCommand for wire::RegIeqRequest {
-    fn to_command(&self) -> Result<Command, CommandError> {
-        Ok(Command::RegIeq {
-            iova: self.ieq.get(),
-            len: self.len.get(),
-        })
-    }
-}
-
-impl ToCommand for wire::AddVlanIdRequest {
-    fn to_command(&self) -> Result<Command, CommandError> {
-        Ok(Command::AddVlanId(self.vlan_id.get()))
-    }
-}
-
-impl ToCommand for wire::DelVlanIdRequest {
-    fn to_command(&self) -> Result<Command, CommandError> {
-        Ok(Command::DelVlanId(self.vlan_id.get()))
-    }
-}
-
-impl ToCommand for wire::QueryRgidRequest {
-    fn to_command(&self) -> Result<Command, CommandError> {
-        Ok(Command::QueryRgid {
-            rgid: self.rgid.get(),
-            vlan_valid: self.vlan_valid.get(),
-            vlan_id: self.vlan_id.get(),
-        })
-    }
-}
-
+/// REG_DMB's fields are checked before they become a command.
 impl ToCommand for wire::RegDmbRequest {
     fn to_command(&self) -> Result<Command, CommandError> {
         DmbRequest::checked(self).map(Command::RegDmb)
-    }
-}
-
-impl ToCommand for wire::UnregDmbRequest {
-    fn to_command(&self) -> Result<Command, CommandError> {
-        Ok(Command::UnregDmb {
-            token: self.dmb_tok.get(),
-        })
-    }
-}
-
-impl ToCommand for wire::SignalIeqRequest {
-    fn to_command(&self) -> Result<Command, CommandError> {
-        Ok(Command::SignalIeq {
-            rgid: self.rgid.get(),
-            trigger_irq: self.trigger_irq.get(),
-            event_code: self.event_code.get(),
-            info: self.info.get(),
-        })
     }
 }
 
