@@ -2,6 +2,7 @@
 //! guests, served over vfio-user.
 //!
 //! Layers, from the wire inwards (each uses only those below it):
+//! - [`export`]: offline converters only the CLI runs (the timeline, Chrome trace events);
 //! - [`server`]: one vfio-user server per function socket, the main event loop;
 //! - [`replay`]: a recorded trace run again through the fabric and the observer;
 //! - [`control`]: the control socket (`ism-emu observe`);
@@ -16,7 +17,7 @@
 //! - [`dma`]: a guest's IOVA space over its shared RAM;
 //! - [`interrupts`]: the one MSI/MSI-X vector;
 //! - [`logger`]: the process's log, written by a thread of its own: a log call never waits;
-//! - [`util`]: hex, rate limits (one budget per function for every log line its guest can
+//! - [`util`]: hex, histograms, rate limits (one budget per function for every log line its guest can
 //!   cause): helpers that know nothing of ISM.
 #![forbid(unsafe_code)]
 
@@ -24,6 +25,7 @@ pub mod backend;
 pub mod control;
 pub mod dma;
 pub mod dmb;
+pub mod export;
 pub mod fabric;
 pub mod fault;
 pub mod interrupts;

@@ -23,7 +23,7 @@ use crate::fault::FaultPlan;
 use crate::interrupts::{Interrupts, IrqError};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::observer::report::{Counters, FunctionView};
-use crate::observer::{EventSink, ReuseCheck};
+use crate::observer::{EventSink, ReuseCheck, Unread};
 use crate::trace::{Record, Tracer};
 use crate::util::ratelimit::{guest_log, Budget};
 
@@ -264,7 +264,7 @@ impl Fabric {
             .unwrap_or_else(|p| p.into_inner())
             .get_mut(id)
             .and_then(VecDeque::pop_front)
-            .unwrap_or(ReuseCheck::Unknown("not read"))
+            .unwrap_or(ReuseCheck::Unknown(Unread::NotRead))
     }
 
     pub fn chid(&self) -> u16 {

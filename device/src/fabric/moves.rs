@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::dma::{DmaError, DmaView, Scan};
 use crate::dmb::{FunctionId, OpTime};
 use crate::ism::{MoveAddress, MAX_MOVE_LEN};
-use crate::observer::{ReuseCheck, ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
+use crate::observer::{ReuseCheck, Unread, ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
 use crate::util::ratelimit::guest_log;
 
 use super::{Fabric, FabricState};
@@ -255,7 +255,7 @@ impl Fabric {
             drop(guard);
             unrecorded = Some(match view.nonzero() {
                 Ok((stale, first)) => ReuseCheck::Read { stale, first },
-                Err(_) => ReuseCheck::Unknown("unreadable"),
+                Err(_) => ReuseCheck::Unknown(Unread::Unreadable),
             });
         }
     }
@@ -366,13 +366,13 @@ impl Fabric {
                 *reuse = Some(self.next_replayed_reuse(sender));
             } else {
                 let unread = if !st.functions[sender].reuse_reads.take(Instant::now(), len) {
-                    ReuseCheck::Unknown("over the read budget")
+                    ReuseCheck::Unknown(Unread::OverBudget)
                 } else {
                     match st.functions[dmb.owner].dma.view(dmb.iova, len) {
                         Ok(view) => return Ok(Step::ReadFirst(view)),
                         // Part of the DMB is unmapped: the move may still land (the write
                         // below checks its own bytes), but the reuse cannot be judged.
-                        Err(_) => ReuseCheck::Unknown("DMB not all mapped"),
+                        Err(_) => ReuseCheck::Unknown(Unread::NotAllMapped),
                     }
                 };
                 self.trace(|_| Record::Reuse {
@@ -606,7 +606,7 @@ mod tests {
         rig.fabric.move_data(0, to(token, 0, false), b"x").unwrap();
         assert_eq!(
             rig.sink.last(),
-            format!("moved {token:#x}+0 1 Some(Unknown(\"over the read budget\"))")
+            format!("moved {token:#x}+0 1 Some(Unknown(OverBudget))")
         );
     }
 
