@@ -222,12 +222,8 @@ impl FaultPlan {
 
 #[cfg(test)]
 mod tests {
+    use super::super::spec::tests::spec;
     use super::*;
-    use crate::fault::FaultSpec;
-
-    fn spec(text: &str) -> FaultSpec {
-        FaultSpec::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
-    }
 
     #[test]
     fn next_fires_n_times_then_the_rule_is_spent() {

@@ -367,11 +367,12 @@ impl fmt::Display for FaultSpec {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::fault::FaultSpecError;
 
-    fn spec(text: &str) -> FaultSpec {
+    /// A spec that must parse (the plan's tests use it too).
+    pub(in crate::fault) fn spec(text: &str) -> FaultSpec {
         FaultSpec::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
     }
 

@@ -179,8 +179,16 @@ impl TimelineBuilder {
                 instant.args = fault_args;
                 events.push(instant);
             }
+            // Skipped in `push_line`.
             What::Unrecognised => {}
-            dmb_kind => {
+            // Listed, not matched by a wildcard: a new kind must be placed here.
+            dmb_kind @ (What::DmbRegistered { .. }
+            | What::DmbUnregistered { .. }
+            | What::ConnOpened { .. }
+            | What::ConnClosed { .. }
+            | What::DmbZeroed { .. }
+            | What::DmbNotZeroed { .. }
+            | What::DmbReused { .. }) => {
                 let Some(token) = line.token else {
                     log::warn!("a DMB event without a token: skipped");
                     return;

@@ -188,6 +188,7 @@ impl Track {
                 }
                 events.push(instant);
             }
+            // Not a DMB's: `push` draws those itself.
             _ => {}
         }
     }
