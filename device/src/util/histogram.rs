@@ -1,5 +1,5 @@
 //! Histograms of fixed size: recording is an index and an add, and a guest that keeps
-//! producing samples for ever cannot grow one. One core ([`Buckets`]: counts and the
+//! producing samples for ever cannot grow one. One core (`Buckets`: counts and the
 //! rank search) under two layouts, each with the JSON form its readers know:
 //!
 //! - [`ServiceTimes`]: log-linear nanoseconds (8 buckets per power of two, so a
