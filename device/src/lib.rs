@@ -2,6 +2,7 @@
 //! guests, served over vfio-user.
 //!
 //! Layers, from the wire inwards (each uses only those below it):
+//! - [`export`]: offline converters only the CLI runs (the timeline, Chrome trace events);
 //! - [`server`]: one vfio-user server per function socket, the main event loop;
 //! - [`record`]: recorded traces (`--trace`) and their replay through a fresh fabric;
 //! - [`control`]: the control socket (`ism-emu observe`);
@@ -15,7 +16,7 @@
 //! - [`dma`]: a guest's IOVA space over its shared RAM;
 //! - [`interrupts`]: the one MSI/MSI-X vector;
 //! - [`logger`]: the process's log, written by a thread of its own: a log call never waits;
-//! - [`util`]: hex, rate limits (one budget per function for every log line its guest can
+//! - [`util`]: hex, histograms, rate limits (one budget per function for every log line its guest can
 //!   cause): helpers that know nothing of ISM.
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod backend;
 pub mod control;
 pub mod dma;
 pub mod dmb;
+pub mod export;
 pub mod fabric;
 pub mod fault;
 pub mod interrupts;

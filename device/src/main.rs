@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 
 use ism_emu::default_gid;
+use ism_emu::export::chrome_trace::TraceDocument;
+use ism_emu::export::timeline::{self, TimelineBuilder, TimelineError};
 use ism_emu::fabric::Fabric;
 use ism_emu::fault::FaultSpec;
 use ism_emu::observer::report::{
     ConnsTable, DmbsTable, FunctionsTable, Snapshot, Verdict, VerdictKind,
 };
-use ism_emu::observer::timeline::{self, TimelineBuilder, TimelineError};
-use ism_emu::observer::trace_event::TraceDocument;
 use ism_emu::observer::Observer;
 use ism_emu::server::{self, ServeError};
 use ism_emu::trace;

@@ -7,7 +7,8 @@ use ism_emu::backend::Device;
 use ism_emu::backend::IsmBackend;
 use ism_emu::default_gid;
 use ism_emu::fabric::Fabric;
-use ism_emu::ism::wire::{self, ReqHeader};
+use ism_emu::ism::opcodes::Opcode;
+use ism_emu::ism::wire::ReqHeader;
 use ism_emu::pci::Bar;
 use ism_emu::testkit::rig::Recorder;
 use zerocopy::big_endian::{U16, U32};
@@ -29,7 +30,7 @@ fn one_function() -> (Arc<Fabric>, IsmBackend) {
 fn a_command_that_does_not_decode_counts_as_a_failed_command() {
     let (fabric, mut backend) = one_function();
     let header = ReqHeader {
-        cmd: U32::new(wire::opcode::READ_GID),
+        cmd: U32::new(Opcode::ReadGid.code()),
         reserved: U16::ZERO,
         len: U16::new(16),
     };

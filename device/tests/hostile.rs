@@ -4,7 +4,7 @@
 mod support;
 
 use ism_emu::default_gid;
-use ism_emu::ism::command::opcode;
+use ism_emu::ism::opcodes::Opcode;
 use ism_emu::ism::wire;
 use ism_emu::testkit::{cmd, msg, GuestRam};
 use support::*;
@@ -30,10 +30,17 @@ fn unknown_opcodes_fail_with_ret_1() {
 fn wrong_request_lengths_fail_with_ret_2() {
     let m = Machine::start(1);
     let mut g = m.guest(0);
-    assert_eq!(g.command_with_len(opcode::REG_SBA, &[0; 8], 8).ret, 0x0002);
-    assert_eq!(g.command_with_len(opcode::READ_GID, &[], 4096).ret, 0x0002);
     assert_eq!(
-        g.command_with_len(opcode::REG_DMB, &[0; 32], 0xffff).ret,
+        g.command_with_len(Opcode::RegSba.code(), &[0; 8], 8).ret,
+        0x0002
+    );
+    assert_eq!(
+        g.command_with_len(Opcode::ReadGid.code(), &[], 4096).ret,
+        0x0002
+    );
+    assert_eq!(
+        g.command_with_len(Opcode::RegDmb.code(), &[0; 32], 0xffff)
+            .ret,
         0x0002
     );
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 /// Top to bottom. A module may use the modules of any layer below its own.
 const LAYERS: &[&[&str]] = &[
     &["main"],
+    &["export"],
     &["testkit"],
     &["server"],
     &["control", "backend", "record"],

@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ism_emu::default_gid;
-use ism_emu::observer::timeline::TimelineBuilder;
-use ism_emu::observer::trace_event::{Phase, TraceDocument, TraceEvent};
+use ism_emu::export::chrome_trace::{Phase, TraceDocument, TraceEvent};
+use ism_emu::export::timeline::TimelineBuilder;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;

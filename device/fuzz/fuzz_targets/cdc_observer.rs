@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arbitrary::Arbitrary;
-use ism_emu::observer::dmb_life::ConnState;
+use ism_emu::observer::summary::ConnState;
 use ism_emu::observer::Observer;
 use ism_emu_fuzz::{gid, wire, World, BASE, DMB_AT, PAGE, RAM_PAGES};
 use libfuzzer_sys::fuzz_target;
@@ -169,7 +169,7 @@ impl Run {
         }
     }
 
-    fn summary(&self, token: u64) -> ism_emu::observer::dmb_life::DmbSummary {
+    fn summary(&self, token: u64) -> ism_emu::observer::DmbSummary {
         self.observer
             .summaries()
             .into_iter()

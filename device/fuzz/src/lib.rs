@@ -278,7 +278,7 @@ impl World {
         let signals = region == COMMAND_REGION
             && offset == 0
             && data.len() >= 4
-            && data[..4] == wire::opcode::SIGNAL_IEQ.to_be_bytes();
+            && data[..4] == wire::Opcode::SignalIeq.code().to_be_bytes();
         if signals {
             self.allow_all_status_areas(&mut allowed);
         } else {

@@ -4,7 +4,7 @@
 use ism_emu::ism::wire::{self as w, Request};
 use zerocopy::big_endian::{U32, U64};
 
-pub use ism_emu::ism::wire::opcode;
+pub use ism_emu::ism::opcodes::Opcode;
 
 /// The response header and what follows, with its shape checked: what the driver's
 /// read loop relies on (`len` at least 8, a multiple of 8, exactly the command's size).
@@ -41,12 +41,8 @@ impl Reply {
             assert_eq!(self.len, 8, "a failure answers with a bare header");
             return;
         }
-        let expected = match op {
-            opcode::READ_GID | opcode::REG_DMB => 16,
-            opcode::QUERY_INFO => 200,
-            _ => 8,
-        };
-        assert_eq!(self.len, expected, "response length of opcode {op:#x}");
+        let expected = Opcode::from_code(op).map_or(8, Opcode::response_len);
+        assert_eq!(usize::from(self.len), expected, "response length of opcode {op:#x}");
     }
 
     /// The u64 at `at` in the response (the token, the GID).

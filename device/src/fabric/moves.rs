@@ -399,7 +399,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             rig.sink.last(),
-            format!("moved {token:#x}+0 1 Some(Unknown(\"over the read budget\"))")
+            format!("moved {token:#x}+0 1 Some(Unknown(OverBudget))")
         );
     }
 

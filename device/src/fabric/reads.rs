@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::dma::DmaView;
 use crate::dmb::FunctionId;
-use crate::observer::{ReuseCheck, ZeroScan, ZeroWatch};
+use crate::observer::{ReuseCheck, Unread, ZeroScan, ZeroWatch};
 
 use super::held::Slot;
 use super::{zeroing, Fabric, FabricState};
@@ -29,7 +29,7 @@ impl PendingRead {
     pub(super) fn read(self) -> ReuseCheck {
         match self.0.nonzero() {
             Ok((stale, first)) => ReuseCheck::Read { stale, first },
-            Err(_) => ReuseCheck::Unknown("unreadable"),
+            Err(_) => ReuseCheck::Unknown(Unread::Unreadable),
         }
     }
 }
@@ -63,17 +63,17 @@ pub struct LiveReads;
 impl GuestReads for LiveReads {
     fn reuse(&self, st: &mut FabricState, sender: FunctionId, token: u64) -> ReuseRead {
         let Some(dmb) = st.dmbs.get(&token) else {
-            return ReuseRead::Found(ReuseCheck::Unknown("unreadable"));
+            return ReuseRead::Found(ReuseCheck::Unknown(Unread::Unreadable));
         };
         let len = u64::from(dmb.len);
         if !st.functions[sender].reuse_reads.take(Instant::now(), len) {
-            return ReuseRead::Found(ReuseCheck::Unknown("over the read budget"));
+            return ReuseRead::Found(ReuseCheck::Unknown(Unread::OverBudget));
         }
         match st.functions[dmb.owner].dma.view(dmb.iova, len) {
             Ok(view) => ReuseRead::Later(PendingRead(view)),
             // Part of the DMB is unmapped: the move may still land (the write checks its
             // own bytes), but the reuse cannot be judged.
-            Err(_) => ReuseRead::Found(ReuseCheck::Unknown("DMB not all mapped")),
+            Err(_) => ReuseRead::Found(ReuseCheck::Unknown(Unread::NotAllMapped)),
         }
     }
 

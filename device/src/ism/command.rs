@@ -9,7 +9,7 @@ use std::mem::size_of;
 use serde::{Deserialize, Serialize};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-pub use super::wire::opcode;
+pub use super::opcodes::Opcode;
 use super::wire::{self, ReqHeader, RespHeader, MAX_VLAN_IDS};
 use super::{MAX_DMB_LEN, NR_DMBS, SBA_FIRST_DMB_BIT};
 
@@ -61,29 +61,6 @@ pub enum Command {
     },
     UnregSba,
     UnregIeq,
-}
-
-impl Command {
-    /// The opcode this command was decoded from.
-    pub fn opcode(&self) -> u32 {
-        use opcode::*;
-        match self {
-            Command::RegSba { .. } => REG_SBA,
-            Command::RegIeq { .. } => REG_IEQ,
-            Command::ReadGid => READ_GID,
-            Command::AddVlanId(_) => ADD_VLAN_ID,
-            Command::DelVlanId(_) => DEL_VLAN_ID,
-            Command::SetVlan => SET_VLAN,
-            Command::ResetVlan => RESET_VLAN,
-            Command::QueryInfo => QUERY_INFO,
-            Command::QueryRgid { .. } => QUERY_RGID,
-            Command::RegDmb(_) => REG_DMB,
-            Command::UnregDmb { .. } => UNREG_DMB,
-            Command::SignalIeq { .. } => SIGNAL_IEQ,
-            Command::UnregSba => UNREG_SBA,
-            Command::UnregIeq => UNREG_IEQ,
-        }
-    }
 }
 
 /// Why a command failed. Each maps to the `ret` the guest sees (see `ret`).
@@ -145,7 +122,7 @@ impl CommandError {
 }
 
 /// Reads request struct `T` from the start of the command area.
-fn read<T: FromBytes + KnownLayout + Immutable>(area: &[u8]) -> Result<T, CommandError> {
+pub(super) fn read<T: FromBytes + KnownLayout + Immutable>(area: &[u8]) -> Result<T, CommandError> {
     T::read_from_prefix(area)
         .map(|(request, _)| request)
         .map_err(|_| CommandError::BadLength {
@@ -162,11 +139,11 @@ pub fn opcode_of(area: &[u8]) -> u32 {
 
 /// Decodes the request in the command area. `area` is the whole 4 KiB buffer.
 pub fn decode(area: &[u8]) -> Result<Command, CommandError> {
-    use opcode::*;
     let hdr = read::<ReqHeader>(area)?;
     let opcode = hdr.cmd.get();
+    let op = Opcode::from_code(opcode).ok_or(CommandError::UnknownOpcode(opcode))?;
     let len = usize::from(hdr.len.get());
-    let expected = wire::request_len(opcode).ok_or(CommandError::UnknownOpcode(opcode))?;
+    let expected = op.request_len();
     if len != expected {
         return Err(CommandError::BadLength {
             opcode,
@@ -174,48 +151,57 @@ pub fn decode(area: &[u8]) -> Result<Command, CommandError> {
             expected,
         });
     }
-    Ok(match opcode {
-        REG_SBA => Command::RegSba {
-            iova: read::<wire::RegSbaRequest>(area)?.sba.get(),
-        },
-        REG_IEQ => {
-            let req = read::<wire::RegIeqRequest>(area)?;
-            Command::RegIeq {
-                iova: req.ieq.get(),
-                len: req.len.get(),
+    op.decode(area)
+}
+
+/// A request struct's fields as a [`Command`], after the checks that need no state. The
+/// table in `super::opcodes` picks the struct by opcode.
+pub(super) trait ToCommand {
+    fn to_command(&self) -> Result<Command, CommandError>;
+}
+
+/// `ToCommand` for the requests whose fields map straight onto their variant's.
+macro_rules! to_command {
+    ($($req:ident => |$r:pat_param| $command:expr;)*) => {
+        $(impl ToCommand for wire::$req {
+            fn to_command(&self) -> Result<Command, CommandError> {
+                let $r = self;
+                Ok($command)
             }
-        }
-        READ_GID => Command::ReadGid,
-        ADD_VLAN_ID => Command::AddVlanId(read::<wire::AddVlanIdRequest>(area)?.vlan_id.get()),
-        DEL_VLAN_ID => Command::DelVlanId(read::<wire::DelVlanIdRequest>(area)?.vlan_id.get()),
-        SET_VLAN => Command::SetVlan,
-        RESET_VLAN => Command::ResetVlan,
-        QUERY_INFO => Command::QueryInfo,
-        QUERY_RGID => {
-            let req = read::<wire::QueryRgidRequest>(area)?;
-            Command::QueryRgid {
-                rgid: req.rgid.get(),
-                vlan_valid: req.vlan_valid.get(),
-                vlan_id: req.vlan_id.get(),
-            }
-        }
-        REG_DMB => Command::RegDmb(DmbRequest::checked(&read(area)?)?),
-        UNREG_DMB => Command::UnregDmb {
-            token: read::<wire::UnregDmbRequest>(area)?.dmb_tok.get(),
-        },
-        SIGNAL_IEQ => {
-            let req = read::<wire::SignalIeqRequest>(area)?;
-            Command::SignalIeq {
-                rgid: req.rgid.get(),
-                trigger_irq: req.trigger_irq.get(),
-                event_code: req.event_code.get(),
-                info: req.info.get(),
-            }
-        }
-        UNREG_SBA => Command::UnregSba,
-        UNREG_IEQ => Command::UnregIeq,
-        _ => return Err(CommandError::UnknownOpcode(opcode)),
-    })
+        })*
+    };
+}
+
+to_command! {
+    RegSbaRequest => |r| Command::RegSba { iova: r.sba.get() };
+    RegIeqRequest => |r| Command::RegIeq { iova: r.ieq.get(), len: r.len.get() };
+    ReadGidRequest => |_| Command::ReadGid;
+    AddVlanIdRequest => |r| Command::AddVlanId(r.vlan_id.get());
+    DelVlanIdRequest => |r| Command::DelVlanId(r.vlan_id.get());
+    SetVlanRequest => |_| Command::SetVlan;
+    ResetVlanRequest => |_| Command::ResetVlan;
+    QueryInfoRequest => |_| Command::QueryInfo;
+    QueryRgidRequest => |r| Command::QueryRgid {
+        rgid: r.rgid.get(),
+        vlan_valid: r.vlan_valid.get(),
+        vlan_id: r.vlan_id.get(),
+    };
+    UnregDmbRequest => |r| Command::UnregDmb { token: r.dmb_tok.get() };
+    SignalIeqRequest => |r| Command::SignalIeq {
+        rgid: r.rgid.get(),
+        trigger_irq: r.trigger_irq.get(),
+        event_code: r.event_code.get(),
+        info: r.info.get(),
+    };
+    UnregSbaRequest => |_| Command::UnregSba;
+    UnregIeqRequest => |_| Command::UnregIeq;
+}
+
+/// REG_DMB's fields are checked before they become a command.
+impl ToCommand for wire::RegDmbRequest {
+    fn to_command(&self) -> Result<Command, CommandError> {
+        DmbRequest::checked(self).map(Command::RegDmb)
+    }
 }
 
 impl DmbRequest {
@@ -340,7 +326,7 @@ mod tests {
         p.extend_from_slice(&1u32.to_be_bytes());
         p.extend_from_slice(&0x1fffu32.to_be_bytes());
         p.extend_from_slice(&0xabcdu64.to_be_bytes());
-        let cmd = decode(&request(opcode::REG_DMB, &p)).unwrap();
+        let cmd = decode(&request(Opcode::RegDmb.code(), &p)).unwrap();
         assert_eq!(
             cmd,
             Command::RegDmb(DmbRequest {
@@ -356,7 +342,7 @@ mod tests {
 
     #[test]
     fn wrong_length_is_rejected() {
-        let err = decode(&request(opcode::REG_SBA, &[0; 16])).unwrap_err();
+        let err = decode(&request(Opcode::RegSba.code(), &[0; 16])).unwrap_err();
         assert_eq!(
             err,
             CommandError::BadLength {
@@ -383,7 +369,7 @@ mod tests {
         p[8..12].copy_from_slice(&4096u32.to_be_bytes());
         p[12..16].copy_from_slice(&31u32.to_be_bytes());
         assert!(matches!(
-            decode(&request(opcode::REG_DMB, &p)),
+            decode(&request(Opcode::RegDmb.code(), &p)),
             Err(CommandError::BadArgument(_))
         ));
     }
@@ -391,15 +377,15 @@ mod tests {
     #[test]
     fn response_lengths_match_the_driver() {
         let mut area = vec![0u8; 4096];
-        encode(&mut area, opcode::READ_GID, &Ok(Response::Gid(7)));
+        encode(&mut area, Opcode::ReadGid.code(), &Ok(Response::Gid(7)));
         assert_eq!(u16::from_be_bytes([area[6], area[7]]), 16);
         encode(
             &mut area,
-            opcode::QUERY_INFO,
+            Opcode::QueryInfo.code(),
             &Ok(Response::QueryInfo(QueryInfo::default())),
         );
         assert_eq!(u16::from_be_bytes([area[6], area[7]]), 200);
-        encode(&mut area, opcode::REG_SBA, &Ok(Response::Empty));
+        encode(&mut area, Opcode::RegSba.code(), &Ok(Response::Empty));
         assert_eq!(u16::from_be_bytes([area[6], area[7]]), 8);
     }
 
@@ -408,7 +394,7 @@ mod tests {
         let mut area = vec![0u8; 4096];
         encode(
             &mut area,
-            opcode::UNREG_DMB,
+            Opcode::UnregDmb.code(),
             &Err(CommandError::UnknownToken(5)),
         );
         assert_eq!(u16::from_be_bytes([area[4], area[5]]), ISM_ERROR);

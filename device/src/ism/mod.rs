@@ -1,6 +1,7 @@
 //! The ISM function model: command area, data-move window, status block and event queue.
 
 pub mod command;
+pub mod opcodes;
 pub mod status;
 pub mod wire;
 

@@ -3,6 +3,7 @@
 //! driver's ism.h lays out its request/response unions. Fields are big-endian (s390 stores
 //! its structs natively), so a request's length is its `size_of`. The device decodes with
 //! these types, and the testkit and the integration tests build requests with them.
+//! Which opcode each request struct carries is the table's, in [`super::opcodes`].
 //!
 //! ```text
 //!  request   0: cmd u32 | 4: reserved u16 | 6: len u16 (whole request)  | 8: fields
@@ -13,24 +14,6 @@ use std::mem::size_of;
 
 use zerocopy::big_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
-
-/// Opcodes, as in the driver's ism.h.
-pub mod opcode {
-    pub const REG_SBA: u32 = 0x01;
-    pub const REG_IEQ: u32 = 0x02;
-    pub const READ_GID: u32 = 0x03;
-    pub const ADD_VLAN_ID: u32 = 0x04;
-    pub const DEL_VLAN_ID: u32 = 0x05;
-    pub const SET_VLAN: u32 = 0x06;
-    pub const RESET_VLAN: u32 = 0x07;
-    pub const QUERY_INFO: u32 = 0x08;
-    pub const QUERY_RGID: u32 = 0x09;
-    pub const REG_DMB: u32 = 0x0a;
-    pub const UNREG_DMB: u32 = 0x0b;
-    pub const SIGNAL_IEQ: u32 = 0x0e;
-    pub const UNREG_SBA: u32 = 0x11;
-    pub const UNREG_IEQ: u32 = 0x12;
-}
 
 /// VLAN ids a function keeps; QUERY_INFO answers with a table of this many.
 pub const MAX_VLAN_IDS: usize = 64;
@@ -106,19 +89,15 @@ impl RespHeader {
     }
 }
 
-/// A request struct of one opcode.
+/// A request struct of one opcode (the impls come from the table in `super::opcodes`).
 pub trait Request: IntoBytes + FromBytes + KnownLayout + Immutable + Unaligned {
     const OPCODE: u32;
 }
 
 /// Declares a request struct: the header, then `fields`, and `new(fields)` to build one.
 macro_rules! request {
-    ($(#[$doc:meta])* $name:ident = $op:ident { $($field:ident: $ty:ty),* $(,)? }) => {
+    ($(#[$doc:meta])* $name:ident { $($field:ident: $ty:ty),* $(,)? }) => {
         wire_struct!($(#[$doc])* $name { hdr: ReqHeader, $($field: $ty,)* });
-
-        impl Request for $name {
-            const OPCODE: u32 = opcode::$op;
-        }
 
         impl $name {
             #[allow(clippy::new_without_default, clippy::too_many_arguments)]
@@ -129,24 +108,22 @@ macro_rules! request {
     };
 }
 
-request!(RegSbaRequest = REG_SBA { sba: U64 });
-request!(RegIeqRequest = REG_IEQ { ieq: U64, len: U64 });
-request!(ReadGidRequest = READ_GID {});
-request!(AddVlanIdRequest = ADD_VLAN_ID { vlan_id: U64 });
-request!(DelVlanIdRequest = DEL_VLAN_ID { vlan_id: U64 });
-request!(SetVlanRequest = SET_VLAN {});
-request!(ResetVlanRequest = RESET_VLAN {});
-request!(QueryInfoRequest = QUERY_INFO {});
-request!(
-    QueryRgidRequest = QUERY_RGID {
-        rgid: U64,
-        vlan_valid: U32,
-        vlan_id: U32
-    }
-);
+request!(RegSbaRequest { sba: U64 });
+request!(RegIeqRequest { ieq: U64, len: U64 });
+request!(ReadGidRequest {});
+request!(AddVlanIdRequest { vlan_id: U64 });
+request!(DelVlanIdRequest { vlan_id: U64 });
+request!(SetVlanRequest {});
+request!(ResetVlanRequest {});
+request!(QueryInfoRequest {});
+request!(QueryRgidRequest {
+    rgid: U64,
+    vlan_valid: U32,
+    vlan_id: U32
+});
 request!(
     /// `dmb` is the DMB's IOVA, `rgid` the peer allowed to move into it.
-    RegDmbRequest = REG_DMB {
+    RegDmbRequest {
         dmb: U64,
         dmb_len: U32,
         sba_idx: U32,
@@ -155,38 +132,15 @@ request!(
         rgid: U64,
     }
 );
-request!(UnregDmbRequest = UNREG_DMB { dmb_tok: U64 });
-request!(
-    SignalIeqRequest = SIGNAL_IEQ {
-        rgid: U64,
-        trigger_irq: U32,
-        event_code: U32,
-        info: U64
-    }
-);
-request!(UnregSbaRequest = UNREG_SBA {});
-request!(UnregIeqRequest = UNREG_IEQ {});
-
-/// The request length of `opcode` (the driver's `sizeof(cmd.request)`), None if unknown.
-pub fn request_len(op: u32) -> Option<usize> {
-    Some(match op {
-        opcode::REG_SBA => size_of::<RegSbaRequest>(),
-        opcode::REG_IEQ => size_of::<RegIeqRequest>(),
-        opcode::READ_GID => size_of::<ReadGidRequest>(),
-        opcode::ADD_VLAN_ID => size_of::<AddVlanIdRequest>(),
-        opcode::DEL_VLAN_ID => size_of::<DelVlanIdRequest>(),
-        opcode::SET_VLAN => size_of::<SetVlanRequest>(),
-        opcode::RESET_VLAN => size_of::<ResetVlanRequest>(),
-        opcode::QUERY_INFO => size_of::<QueryInfoRequest>(),
-        opcode::QUERY_RGID => size_of::<QueryRgidRequest>(),
-        opcode::REG_DMB => size_of::<RegDmbRequest>(),
-        opcode::UNREG_DMB => size_of::<UnregDmbRequest>(),
-        opcode::SIGNAL_IEQ => size_of::<SignalIeqRequest>(),
-        opcode::UNREG_SBA => size_of::<UnregSbaRequest>(),
-        opcode::UNREG_IEQ => size_of::<UnregIeqRequest>(),
-        _ => return None,
-    })
-}
+request!(UnregDmbRequest { dmb_tok: U64 });
+request!(SignalIeqRequest {
+    rgid: U64,
+    trigger_irq: U32,
+    event_code: U32,
+    info: U64
+});
+request!(UnregSbaRequest {});
+request!(UnregIeqRequest {});
 
 wire_struct!(
     /// READ_GID's answer.
@@ -221,17 +175,6 @@ wire_struct!(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lengths_are_those_of_the_driver() {
-        assert_eq!(request_len(opcode::READ_GID), Some(8));
-        assert_eq!(request_len(opcode::REG_SBA), Some(16));
-        assert_eq!(request_len(opcode::QUERY_RGID), Some(24));
-        assert_eq!(request_len(opcode::SIGNAL_IEQ), Some(32));
-        assert_eq!(request_len(opcode::REG_DMB), Some(40));
-        assert_eq!(size_of::<QueryInfoResponse>(), 200);
-        assert_eq!(size_of::<ReadGidResponse>(), 16);
-    }
 
     #[test]
     fn a_request_knows_its_header() {

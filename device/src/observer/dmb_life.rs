@@ -24,12 +24,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use super::json::{gid, hex};
-use super::{ObservedEvent, What, ZERO_WATCH_LIMIT};
+use super::summary::{ConnRecord, ConnState, DmbSummary, RECENT_CONNS};
+use super::{ObservedEvent, ReuseCheck, Unread, What, ZeroScan, ZeroWatch, ZERO_WATCH_LIMIT};
 use crate::dmb::{now_us, Dmb};
 use crate::ism::MoveAddress;
+use crate::util::histogram::DelayHistogram;
 use crate::util::ratelimit::guest_log;
 
 /// CDC message layout (net/smc/smc_cdc.h, struct smcd_cdc_msg).
@@ -40,206 +39,6 @@ pub mod cdc {
     pub const PEER_DONE_WRITING: u8 = 0x80;
     pub const PEER_CONN_CLOSED: u8 = 0x40;
     pub const PEER_CONN_ABORT: u8 = 0x20;
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ConnState {
-    /// Registered, no connection has written yet.
-    Fresh,
-    Open,
-    Closed,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DmbSummary {
-    pub function: String,
-    #[serde(with = "gid")]
-    pub gid: u64,
-    #[serde(with = "hex")]
-    pub token: u64,
-    #[serde(with = "gid")]
-    pub rgid: u64,
-    pub len: u32,
-    pub sba_idx: u32,
-    pub registered: bool,
-    pub state: ConnState,
-    pub connections: u64,
-    pub reuses: u64,
-    pub clean_reuses: u64,
-    pub stale_reuses: u64,
-    /// Reuses whose DMB could not be read before the first move (unreadable, or over
-    /// the read budget): neither clean nor stale.
-    #[serde(default)]
-    pub unchecked_reuses: u64,
-    pub closes: u64,
-    pub zeroed_after_close: u64,
-    /// Closes after which the DMB was still not zero when the watch gave up.
-    pub not_zeroed: u64,
-    /// Delays between a close and the zeroing seen after it: a fixed histogram, so
-    /// that a guest closing connections for ever cannot grow it.
-    pub zero_delays_ms: DelayHistogram,
-    pub bytes: u64,
-    pub signals: u64,
-    /// The most recent connections, oldest first (at most `RECENT_CONNS`).
-    pub recent: Vec<ConnRecord>,
-}
-
-/// Upper bounds (inclusive) of the zeroing-delay histogram's buckets, in ms. 750 ms is
-/// the release window `scripts/check_e2e.py` checks.
-pub const DELAY_BOUNDS_MS: [f64; 14] = [
-    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 750.0, 1000.0, 2000.0, 5000.0, 10000.0,
-];
-
-/// Delays in fixed buckets: `counts[i]` delays were at most `le_ms[i]` and above
-/// `le_ms[i - 1]`; `over` were above the last bound.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DelayHistogram {
-    pub le_ms: Vec<f64>,
-    pub counts: Vec<u64>,
-    pub over: u64,
-    pub count: u64,
-    pub max_ms: Option<f64>,
-}
-
-impl Default for DelayHistogram {
-    fn default() -> Self {
-        Self {
-            le_ms: DELAY_BOUNDS_MS.to_vec(),
-            counts: vec![0; DELAY_BOUNDS_MS.len()],
-            over: 0,
-            count: 0,
-            max_ms: None,
-        }
-    }
-}
-
-impl DelayHistogram {
-    pub fn record(&mut self, ms: f64) {
-        match self.le_ms.iter().position(|&le| ms <= le) {
-            Some(i) => self.counts[i] += 1,
-            None => self.over += 1,
-        }
-        self.count += 1;
-        self.max_ms = Some(self.max_ms.map_or(ms, |max| max.max(ms)));
-    }
-
-    /// How many delays were at most `ms` (exact when `ms` is a bucket bound).
-    pub fn at_most(&self, ms: f64) -> u64 {
-        self.le_ms
-            .iter()
-            .zip(&self.counts)
-            .filter(|(&le, _)| le <= ms)
-            .map(|(_, &n)| n)
-            .sum()
-    }
-
-    /// The bound of the bucket holding the median, or None with no delays (or the
-    /// median above every bound).
-    pub fn median_at_most(&self) -> Option<f64> {
-        let half = self.count.div_ceil(2).max(1);
-        let mut seen = 0;
-        for (&le, &n) in self.le_ms.iter().zip(&self.counts) {
-            seen += n;
-            if seen >= half && self.count > 0 {
-                return Some(le);
-            }
-        }
-        None
-    }
-}
-
-/// How many connections per DMB the observer remembers in detail.
-pub const RECENT_CONNS: usize = 32;
-
-/// One connection's use of a DMB.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ConnRecord {
-    pub conn: u64,
-    pub opened_us: u64,
-    pub closed_us: Option<u64>,
-    /// "close" or "abort".
-    pub how: Option<String>,
-    /// Data bytes moved into the DMB (CDC messages not counted).
-    pub bytes: u64,
-    /// For a reuse: whether the DMB was all zero before this connection's first write.
-    pub reuse_clean: Option<bool>,
-    /// For a reuse that was not checked: why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reuse_unknown: Option<String>,
-    pub stale_bytes: u64,
-    /// Milliseconds from this connection's close to the DMB reading all zero.
-    pub zeroed_after_ms: Option<f64>,
-    /// The watch gave up: not zero within the watch limit after the close.
-    pub not_zeroed: bool,
-}
-
-impl DmbSummary {
-    fn event(&self, what: What) -> ObservedEvent {
-        ObservedEvent::dmb(&self.function, self.gid, self.token, what)
-    }
-}
-
-/// The DMB's content before the first move of a reused connection. Also the trace's
-/// record of it (`{"read":{"stale":N,"first":OFF}}`, `{"unknown":"why"}`): one type.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReuseCheck {
-    /// Read: `stale` nonzero bytes, the first at `first`.
-    Read { stale: u64, first: Option<u64> },
-    /// Not read, and why. A recorded reason is read back as the fabric's own text, or
-    /// "unknown" (a trace may come from anyone).
-    Unknown(#[serde(deserialize_with = "unread_reason")] Reason),
-}
-
-/// An unread reason: one of the fabric's texts. (Named, so that serde does not take the
-/// field for one borrowed from its input.)
-type Reason = &'static str;
-
-fn unread_reason<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Reason, D::Error> {
-    String::deserialize(d).map(|text| ReuseCheck::reason(&text))
-}
-
-/// Why a reuse check may go unread (the reasons the fabric gives).
-const UNREAD_REASONS: &[&str] = &[
-    "over the read budget",
-    "DMB not all mapped",
-    "unreadable",
-    "not read",
-];
-
-impl ReuseCheck {
-    /// The reason among the fabric's with this text (a recorded trace's), or "unknown".
-    pub fn reason(text: &str) -> &'static str {
-        UNREAD_REASONS
-            .iter()
-            .find(|r| **r == text)
-            .copied()
-            .unwrap_or("unknown")
-    }
-}
-
-/// A closed DMB to look at: scan from `scan_from`, or first look at `dirty_at`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ZeroWatch {
-    pub token: u64,
-    pub scan_from: u64,
-    pub dirty_at: Option<u64>,
-}
-
-/// What one look at a watched DMB found; also the trace's record of it (`"zero"`,
-/// `{"dirty":OFF}`, `{"zero_up_to":OFF}`, `"unreadable"`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ZeroScan {
-    /// All zero from `scan_from` to the end: zeroed.
-    Zero,
-    /// The byte at this offset is nonzero.
-    Dirty(u64),
-    /// Zero from `scan_from` up to this offset; the rest next time.
-    ZeroUpTo(u64),
-    /// The memory could not be read (unmapped): counts as not zero.
-    Unreadable,
 }
 
 #[derive(Clone, Debug)]
@@ -397,7 +196,7 @@ impl Tracker {
         };
         if s.state == ConnState::Closed {
             s.reuses += 1;
-            let reuse = reuse.unwrap_or(ReuseCheck::Unknown("not read"));
+            let reuse = reuse.unwrap_or(ReuseCheck::Unknown(Unread::NotRead));
             let what = match reuse {
                 ReuseCheck::Read { stale, first } => {
                     record.reuse_clean = Some(stale == 0);
@@ -594,20 +393,6 @@ mod tests {
         m[0] = cdc::TYPE;
         m[cdc::CONN_STATE] = conn_state;
         m
-    }
-
-    #[test]
-    fn the_delay_histogram_counts_in_fixed_buckets() {
-        let mut h = DelayHistogram::default();
-        for ms in [0.5, 3.0, 4.0, 750.0, 751.0, 20000.0] {
-            h.record(ms);
-        }
-        assert_eq!(h.count, 6);
-        assert_eq!(h.at_most(750.0), 4);
-        assert_eq!(h.over, 1);
-        assert_eq!(h.max_ms, Some(20000.0));
-        assert_eq!(h.median_at_most(), Some(5.0));
-        assert_eq!(h.counts.len(), DELAY_BOUNDS_MS.len(), "never grows");
     }
 
     #[test]

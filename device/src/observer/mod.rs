@@ -10,13 +10,19 @@
 //!
 //! Events go out as JSON lines (schema in docs/observer.md) to an optional file and to live
 //! followers on the control socket.
+//!
+//! Here: the [`Observer`] and its event writer thread. Beside it: `event` (the stream's
+//! schema), `sink` (the fabric's hooks), `dmb_life` (the tracker), `summary` (what it
+//! tells of a DMB), `reads` (what the fabric reads of guest memory for it), `report`
+//! (the snapshot and its tables), `json` (hex identifiers in JSON).
 
 pub mod dmb_life;
+mod event;
 pub mod json;
+mod reads;
 pub mod report;
-pub mod timeline;
-pub mod timing;
-pub mod trace_event;
+mod sink;
+pub mod summary;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -26,124 +32,13 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
-
-use crate::dmb::{now_us, Dmb};
-use crate::fault::Fired;
-use crate::ism::MoveAddress;
 use crate::util::line_writer::{LineWriter, Sink};
-pub use dmb_life::{DmbLife, DmbSummary, ReuseCheck, ZeroScan, ZeroWatch};
-use json::{gid, hex, hex_opt};
-
-/// One line of the event stream: which function (and DMB) it is about, and what happened.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct ObservedEvent {
-    pub function: String,
-    #[serde(with = "gid")]
-    pub gid: u64,
-    /// The DMB's token, for DMB and connection events.
-    #[serde(with = "hex_opt", skip_serializing_if = "Option::is_none")]
-    pub token: Option<u64>,
-    #[serde(flatten)]
-    pub what: What,
-}
-
-/// What happened, as the event's `kind` and its own fields (docs/observer.md).
-#[derive(Clone, Debug, Serialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum What {
-    FunctionAttached,
-    FunctionDetached {
-        reason: String,
-    },
-    DmbRegistered {
-        #[serde(with = "gid")]
-        rgid: u64,
-        #[serde(with = "hex")]
-        iova: u64,
-        len: u32,
-        sba_idx: u32,
-    },
-    DmbUnregistered {
-        reason: String,
-        connections: u64,
-    },
-    ConnOpened {
-        #[serde(with = "gid")]
-        rgid: u64,
-        conn: u64,
-    },
-    ConnClosed {
-        conn: u64,
-        how: String,
-        bytes: u64,
-    },
-    DmbZeroed {
-        conn: u64,
-        delay_ms: f64,
-    },
-    DmbReused {
-        conn: u64,
-        /// None: the DMB could not be read before the move (see `unknown`).
-        clean: Option<bool>,
-        stale_bytes: u64,
-        first_stale_offset: Option<u64>,
-        /// Why the reuse was not checked; absent when it was.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        unknown: Option<String>,
-    },
-    DmbNotZeroed {
-        conn: u64,
-        watched_ms: f64,
-    },
-    /// Lines of this function the stream dropped (over its rate; `function` is `-` for
-    /// lines lost while the writer was behind).
-    EventsDropped {
-        count: u64,
-    },
-    /// The `--events` file reached its size limit: nothing more is written to it.
-    EventFileFull {
-        limit_bytes: u64,
-    },
-    /// A fault the host asked for (`ism-emu fault`) fired: `rule` 0 for an action.
-    FaultInjected {
-        rule: u32,
-        fault: String,
-        detail: String,
-    },
-}
-
-impl ObservedEvent {
-    /// An event about function `function` as a whole.
-    pub fn function(function: &str, gid: u64, what: What) -> Self {
-        Self {
-            function: function.to_string(),
-            gid,
-            token: None,
-            what,
-        }
-    }
-
-    /// An event about DMB `token` of function `function`.
-    pub fn dmb(function: &str, gid: u64, token: u64, what: What) -> Self {
-        Self {
-            token: Some(token),
-            ..Self::function(function, gid, what)
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct Line<'a> {
-    time_us: u64,
-    #[serde(flatten)]
-    event: &'a ObservedEvent,
-}
-
-/// Serialises an event with its time (GIDs, tokens and IOVAs in hex).
-pub fn to_json_line(time_us: u64, event: &ObservedEvent) -> String {
-    serde_json::to_string(&Line { time_us, event }).unwrap_or_default()
-}
+use crate::dmb::now_us;
+pub use dmb_life::DmbLife;
+pub use event::{to_json_line, Line, ObservedEvent, What};
+pub use reads::{ReuseCheck, Unread, ZeroScan, ZeroWatch};
+pub use sink::EventSink;
+pub use summary::DmbSummary;
 
 /// The event stream's capacity between the fabric and the writer thread.
 const EVENT_QUEUE: usize = 4096;
@@ -445,101 +340,6 @@ impl Observer {
             .into_iter()
             .filter_map(|token| self.tracker().summary(token))
             .collect()
-    }
-}
-
-/// What the fabric reports, under its lock, as functions and DMBs come and go and data
-/// moves. [`Observer`] implements it; the fabric knows only this trait.
-pub trait EventSink: Send + Sync {
-    fn function_attached(&self, function: &str, gid: u64);
-    fn function_detached(&self, function: &str, gid: u64, reason: &str);
-    fn dmb_registered(&self, dmb: &Dmb, function: &str);
-    fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str);
-    /// Whether this move would start a new connection on a closed DMB. If so, the fabric
-    /// reads the DMB before applying the move (outside its lock) and passes the result
-    /// to `moved`.
-    fn wants_reuse_check(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> bool;
-    /// A move has been applied (rejected moves are not reported). `reuse` is the DMB's
-    /// content before it, when `wants_reuse_check` asked for it.
-    fn moved(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8], reuse: Option<ReuseCheck>);
-    /// The closed DMBs to look at for zeroing, the longest-unlooked-at first.
-    fn zero_watch(&self) -> Vec<ZeroWatch>;
-    /// What the watcher found; returns how many DMBs are still watched.
-    fn zero_scanned(&self, results: &[(u64, ZeroScan)]) -> usize;
-    /// An injected fault fired at `function` (about DMB `token`, if one).
-    fn fault_injected(&self, function: &str, gid: u64, token: Option<u64>, fired: &Fired);
-}
-
-impl EventSink for Observer {
-    fn function_attached(&self, function: &str, gid: u64) {
-        self.emit(ObservedEvent::function(
-            function,
-            gid,
-            What::FunctionAttached,
-        ));
-    }
-
-    fn function_detached(&self, function: &str, gid: u64, reason: &str) {
-        let reason = reason.to_string();
-        let what = What::FunctionDetached { reason };
-        self.emit(ObservedEvent::function(function, gid, what));
-    }
-
-    fn dmb_registered(&self, dmb: &Dmb, function: &str) {
-        self.tracker().register(dmb, function);
-        let what = What::DmbRegistered {
-            rgid: dmb.rgid,
-            iova: dmb.iova,
-            len: dmb.len,
-            sba_idx: dmb.sba_idx,
-        };
-        self.emit(ObservedEvent::dmb(function, dmb.owner_gid, dmb.token, what));
-    }
-
-    fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str) {
-        let events = self.tracker().unregister(dmb, reason, function);
-        self.emit_all(events);
-    }
-
-    fn wants_reuse_check(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> bool {
-        self.tracker().wants_reuse_check(dmb, addr, data)
-    }
-
-    fn moved(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8], reuse: Option<ReuseCheck>) {
-        let events = self.tracker().moved(dmb, addr, data, reuse);
-        let closed = events
-            .iter()
-            .any(|e| matches!(e.what, What::ConnClosed { .. }));
-        self.emit_all(events);
-        if closed {
-            if let Some(wake) = &*self.zero_wake.lock().unwrap_or_else(|p| p.into_inner()) {
-                let _ = wake.try_send(());
-            }
-        }
-    }
-
-    fn zero_watch(&self) -> Vec<ZeroWatch> {
-        self.tracker().zero_watch()
-    }
-
-    fn zero_scanned(&self, results: &[(u64, ZeroScan)]) -> usize {
-        let (events, pending) = self.tracker().zero_scanned(results);
-        self.emit_all(events);
-        pending
-    }
-
-    fn fault_injected(&self, function: &str, gid: u64, token: Option<u64>, fired: &Fired) {
-        let what = What::FaultInjected {
-            rule: fired.rule,
-            fault: fired.spec.clone(),
-            detail: fired.detail.clone(),
-        };
-        self.emit(ObservedEvent {
-            function: function.to_string(),
-            gid,
-            token,
-            what,
-        });
     }
 }
 

@@ -8,9 +8,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::dmb_life::{ConnState, DmbSummary, DELAY_BOUNDS_MS};
 use super::json::{chid, gid, hex_opt};
-use super::timing::ServiceTimes;
+use super::summary::{ConnState, DmbSummary};
+use crate::util::histogram::{ServiceTimes, DELAY_BOUNDS_MS};
 
 /// Per-function counters, kept by the fabric.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -317,7 +317,8 @@ impl fmt::Display for Verdict<'_> {
 mod tests {
     use super::*;
     use crate::dmb::Dmb;
-    use crate::observer::dmb_life::{ConnRecord, Tracker};
+    use crate::observer::dmb_life::Tracker;
+    use crate::observer::summary::ConnRecord;
 
     fn snapshot() -> Snapshot {
         let dmb = Dmb {

@@ -274,7 +274,7 @@ mod tests {
             },
             Record::Reuse {
                 f: 0,
-                check: ReuseCheck::Unknown("over the read budget"),
+                check: ReuseCheck::Unknown(crate::observer::Unread::OverBudget),
             },
             Record::HeldLifted {
                 f: 0,
@@ -322,7 +322,7 @@ mod tests {
             odd,
             Record::Reuse {
                 f: 0,
-                check: ReuseCheck::Unknown("unknown")
+                check: ReuseCheck::Unknown(crate::observer::Unread::Other)
             }
         );
     }

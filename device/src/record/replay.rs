@@ -31,7 +31,7 @@ use crate::fabric::{
 use crate::fault::FaultSpec;
 use crate::ism::command::CommandError;
 use crate::ism::MAX_MOVE_LEN;
-use crate::observer::{EventSink, Observer, ReuseCheck, ZeroScan, ZeroWatch};
+use crate::observer::{EventSink, Observer, ReuseCheck, Unread, ZeroScan, ZeroWatch};
 use crate::util::hex::from_hex;
 
 /// Why a replay could not run.
@@ -128,7 +128,7 @@ impl GuestReads for Recorded {
             .reuse
             .get_mut(sender)
             .and_then(VecDeque::pop_front);
-        ReuseRead::Found(check.unwrap_or(ReuseCheck::Unknown("not read")))
+        ReuseRead::Found(check.unwrap_or(ReuseCheck::Unknown(Unread::NotRead)))
     }
 
     /// Not kept: whether the failure is lifted is the trace's `held_lifted`.

@@ -21,8 +21,11 @@ use std::io::BufRead;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::json::{hex, hex_opt};
-use super::trace_event::{Scope, TraceDocument, TraceEvent};
+mod tracks;
+
+use super::chrome_trace::{Scope, TraceDocument, TraceEvent};
+use crate::observer::{Line, ObservedEvent, What};
+use tracks::{counters, end_slice, track, ConnSpan, OpenSlice, Track};
 
 /// Why the events could not be turned into a timeline.
 #[derive(Debug, thiserror::Error)]
@@ -46,95 +49,9 @@ pub enum TimelineError {
     NotText(usize),
 }
 
-/// One line of the stream, as far as the timeline needs it (docs/observer.md).
-#[derive(Deserialize)]
-struct Line {
-    time_us: u64,
-    function: String,
-    #[serde(with = "hex")]
-    gid: u64,
-    #[serde(default, with = "hex_opt")]
-    token: Option<u64>,
-    #[serde(flatten)]
-    kind: Kind,
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-enum Kind {
-    FunctionAttached,
-    FunctionDetached {
-        reason: String,
-    },
-    DmbRegistered {
-        #[serde(with = "hex")]
-        rgid: u64,
-        len: u32,
-    },
-    DmbUnregistered {
-        reason: String,
-    },
-    ConnOpened {
-        conn: u64,
-    },
-    ConnClosed {
-        conn: u64,
-        how: String,
-        bytes: u64,
-    },
-    DmbZeroed {
-        conn: u64,
-        delay_ms: f64,
-    },
-    DmbNotZeroed {
-        conn: u64,
-        watched_ms: f64,
-    },
-    DmbReused {
-        conn: u64,
-        clean: Option<bool>,
-        stale_bytes: u64,
-        #[serde(default)]
-        unknown: Option<String>,
-    },
-    EventsDropped {
-        count: u64,
-    },
-    EventFileFull {
-        limit_bytes: u64,
-    },
-    /// Fault injection's events: whatever they carry is shown as the instant's args.
-    FaultInjected {
-        #[serde(flatten)]
-        detail: Map<String, Value>,
-    },
-    #[serde(other)]
-    Unknown,
-}
-
-/// What the stream says about one track, waiting for its end.
-struct OpenSlice {
-    start: u64,
-    name: String,
-    args: Map<String, Value>,
-}
-
-struct Track {
-    tid: u32,
-    token: u64,
-    registration: Option<OpenSlice>,
-    conn: Option<OpenSlice>,
-    /// The latest time on this track: a wall clock stepping back must not unnest slices.
-    latest: u64,
-}
-
-/// A connection as the counters see it.
-struct ConnSpan {
-    start: u64,
-    end: u64,
-    /// Bytes per second over the whole connection; None when it is not known.
-    rate: Option<f64>,
-}
+/// The fields of a line that are not its event's own: what a fault instant leaves out of
+/// the args it shows.
+const LINE_FIELDS: [&str; 5] = ["time_us", "function", "gid", "token", "kind"];
 
 struct Process {
     pid: u32,
@@ -158,7 +75,6 @@ pub struct TimelineBuilder {
 
 /// The process id of the function `-` (lines about the stream itself).
 const STREAM_FUNCTION: &str = "-";
-const BEFORE_TRACE: &str = "before the trace began";
 
 impl TimelineBuilder {
     /// Takes one line of the stream (`line` is its number, for errors). Blank lines are
@@ -174,12 +90,14 @@ impl TimelineBuilder {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let parsed = Line::deserialize(&value).map_err(|source| TimelineError::BadEvent {
-            line,
-            kind: kind.clone(),
-            source,
+        let parsed = Line::<ObservedEvent>::deserialize(&value).map_err(|source| {
+            TimelineError::BadEvent {
+                line,
+                kind: kind.clone(),
+                source,
+            }
         })?;
-        if let Kind::Unknown = parsed.kind {
+        if let What::Unrecognised = parsed.event.what {
             let seen = self.skipped.entry(kind.clone()).or_insert(0);
             if *seen == 0 {
                 log::warn!("line {line}: event kind {kind:?} is not drawn; skipping lines of it");
@@ -187,12 +105,19 @@ impl TimelineBuilder {
             *seen += 1;
             return Ok(());
         }
-        self.push(parsed);
+        // A fault's instant shows whatever its line carries, known fields or not.
+        let mut fault_args = match value {
+            Value::Object(fields) => fields,
+            _ => Map::new(),
+        };
+        fault_args.retain(|key, _| !LINE_FIELDS.contains(&key.as_str()));
+        self.push(parsed, fault_args);
         Ok(())
     }
 
-    fn push(&mut self, line: Line) {
+    fn push(&mut self, line: Line<ObservedEvent>, fault_args: Map<String, Value>) {
         let t = line.time_us;
+        let line = line.event;
         self.first_us = Some(self.first_us.map_or(t, |f| f.min(t)));
         self.last_us = self.last_us.max(t);
         self.lines += 1;
@@ -210,22 +135,22 @@ impl TimelineBuilder {
             });
         let pid = process.pid;
         let events = &mut self.events;
-        match line.kind {
-            Kind::FunctionAttached => {
+        match line.what {
+            What::FunctionAttached => {
                 if let Some(open) = process.attached.take() {
                     let slice = end_slice(open, t, (pid, 0));
                     events.push(slice.arg("detach", "not seen"));
                 }
                 process.attached = Some(OpenSlice::new(t, "attached"));
             }
-            Kind::FunctionDetached { reason } => {
+            What::FunctionDetached { reason } => {
                 let open = process
                     .attached
                     .take()
                     .unwrap_or_else(|| OpenSlice::new(origin, "attached").since_trace_start());
                 events.push(end_slice(open, t, (pid, 0)).arg("detached", reason));
             }
-            Kind::EventsDropped { count } => {
+            What::EventsDropped { count } => {
                 let name = format!("{count} events dropped");
                 let scope = if line.function == STREAM_FUNCTION {
                     Scope::Global
@@ -234,12 +159,12 @@ impl TimelineBuilder {
                 };
                 events.push(TraceEvent::instant(name, "stream", (pid, 0), t, scope));
             }
-            Kind::EventFileFull { limit_bytes } => {
+            What::EventFileFull { limit_bytes } => {
                 let name = "event file full".to_string();
                 let instant = TraceEvent::instant(name, "stream", (pid, 0), t, Scope::Global);
                 events.push(instant.arg("limit_bytes", limit_bytes));
             }
-            Kind::FaultInjected { detail } => {
+            What::FaultInjected { .. } => {
                 let tid = match line.token {
                     Some(token) => track(&mut process.tracks, token).tid,
                     None => 0,
@@ -251,10 +176,19 @@ impl TimelineBuilder {
                     t,
                     Scope::Thread,
                 );
-                instant.args = detail;
+                instant.args = fault_args;
                 events.push(instant);
             }
-            dmb_kind => {
+            // Skipped in `push_line`.
+            What::Unrecognised => {}
+            // Listed, not matched by a wildcard: a new kind must be placed here.
+            dmb_kind @ (What::DmbRegistered { .. }
+            | What::DmbUnregistered { .. }
+            | What::ConnOpened { .. }
+            | What::ConnClosed { .. }
+            | What::DmbZeroed { .. }
+            | What::DmbNotZeroed { .. }
+            | What::DmbReused { .. }) => {
                 let Some(token) = line.token else {
                     log::warn!("a DMB event without a token: skipped");
                     return;
@@ -359,220 +293,6 @@ impl TimelineBuilder {
     }
 }
 
-impl OpenSlice {
-    fn new(start: u64, name: &str) -> Self {
-        Self {
-            start,
-            name: name.to_string(),
-            args: Map::new(),
-        }
-    }
-
-    fn since_trace_start(mut self) -> Self {
-        self.args.insert("start".into(), BEFORE_TRACE.into());
-        self
-    }
-}
-
-/// The slice from `open`'s start to `end` (never a negative duration, whatever the
-/// clock did between the two lines).
-fn end_slice(open: OpenSlice, end: u64, at: (u32, u32)) -> TraceEvent {
-    let cat = if open.name == "registered" {
-        "dmb"
-    } else if open.name == "attached" {
-        "function"
-    } else {
-        "conn"
-    };
-    let mut slice = TraceEvent::complete(
-        open.name,
-        cat,
-        at,
-        open.start,
-        end.saturating_sub(open.start),
-    );
-    slice.args = open.args;
-    slice
-}
-
-/// The track of DMB `token`, made on first sight (track 0 is the function's).
-fn track(tracks: &mut BTreeMap<u64, Track>, token: u64) -> &mut Track {
-    let tid = tracks.len() as u32 + 1;
-    tracks.entry(token).or_insert(Track {
-        tid,
-        token,
-        registration: None,
-        conn: None,
-        latest: 0,
-    })
-}
-
-impl Track {
-    fn dmb_event(
-        &mut self,
-        kind: Kind,
-        t: u64,
-        origin: u64,
-        at: (u32, u32),
-        events: &mut Vec<TraceEvent>,
-        conns: &mut Vec<ConnSpan>,
-    ) {
-        let t = t.max(self.latest);
-        self.latest = t;
-        match kind {
-            Kind::DmbRegistered { rgid, len } => {
-                self.end_conn(
-                    t,
-                    at,
-                    events,
-                    conns,
-                    "not seen before the DMB was registered again",
-                );
-                if let Some(old) = self.registration.take() {
-                    let slice = end_slice(old, t, at);
-                    events.push(slice.arg("unregistration", "not seen"));
-                }
-                let mut open = OpenSlice::new(t, "registered");
-                open.args
-                    .insert("token".into(), format!("{:#x}", self.token).into());
-                open.args
-                    .insert("rgid".into(), format!("{rgid:#018x}").into());
-                open.args.insert("len".into(), len.into());
-                self.registration = Some(open);
-            }
-            Kind::DmbUnregistered { reason } => {
-                self.end_conn(t, at, events, conns, "not seen before the unregistration");
-                let open = self.registration_or_start(origin);
-                events.push(end_slice(open, t, at).arg("unregistered", reason));
-            }
-            Kind::ConnOpened { conn } => {
-                self.end_conn(t, at, events, conns, "not seen before the next connection");
-                let start = self.registration_or_start(origin);
-                let t = t.max(start.start);
-                self.registration = Some(start);
-                let mut open = OpenSlice::new(t, &format!("conn {conn}"));
-                open.args.insert("conn".into(), conn.into());
-                self.conn = Some(open);
-            }
-            Kind::ConnClosed { conn, how, bytes } => {
-                let mut open = match self.conn.take() {
-                    Some(open) => open,
-                    None => {
-                        let start = self.registration_or_start(origin);
-                        let open = OpenSlice::new(start.start, &format!("conn {conn}"));
-                        self.registration = Some(start);
-                        open.since_trace_start()
-                    }
-                };
-                let end = t.max(open.start);
-                let dur = end - open.start;
-                // A connection whose open was not seen has no duration to divide by.
-                let known = !open.args.contains_key("start") && dur > 0;
-                let rate = known.then(|| bytes as f64 / (dur as f64 / 1e6));
-                open.args.insert("how".into(), how.into());
-                open.args.insert("bytes".into(), bytes.into());
-                if let Some(rate) = rate {
-                    open.args
-                        .insert("mean_MB_per_s".into(), (rate / 1e6).into());
-                }
-                conns.push(ConnSpan {
-                    start: open.start,
-                    end,
-                    rate,
-                });
-                events.push(end_slice(open, end, at));
-            }
-            Kind::DmbZeroed { conn, delay_ms } => {
-                let instant = TraceEvent::instant("zeroed".into(), "zeroing", at, t, Scope::Thread);
-                events.push(instant.arg("conn", conn).arg("delay_ms", delay_ms));
-            }
-            Kind::DmbNotZeroed { conn, watched_ms } => {
-                let name = "not zeroed".to_string();
-                let instant = TraceEvent::instant(name, "zeroing", at, t, Scope::Thread);
-                events.push(instant.arg("conn", conn).arg("watched_ms", watched_ms));
-            }
-            Kind::DmbReused {
-                conn,
-                clean,
-                stale_bytes,
-                unknown,
-            } => {
-                let name = match clean {
-                    Some(true) => "reuse clean",
-                    Some(false) => "reuse STALE",
-                    None => "reuse unchecked",
-                };
-                let mut instant = TraceEvent::instant(name.into(), "reuse", at, t, Scope::Thread)
-                    .arg("conn", conn)
-                    .arg("clean", clean)
-                    .arg("stale_bytes", stale_bytes);
-                if let Some(why) = unknown {
-                    instant = instant.arg("unknown", why);
-                }
-                events.push(instant);
-            }
-            _ => {}
-        }
-    }
-
-    fn registration_or_start(&mut self, origin: u64) -> OpenSlice {
-        self.registration.take().unwrap_or_else(|| {
-            let mut open = OpenSlice::new(origin, "registered").since_trace_start();
-            open.args
-                .insert("token".into(), format!("{:#x}", self.token).into());
-            open
-        })
-    }
-
-    fn end_conn(
-        &mut self,
-        t: u64,
-        at: (u32, u32),
-        events: &mut Vec<TraceEvent>,
-        conns: &mut Vec<ConnSpan>,
-        why: &str,
-    ) {
-        if let Some(open) = self.conn.take() {
-            let end = t.max(open.start);
-            conns.push(ConnSpan {
-                start: open.start,
-                end,
-                rate: None,
-            });
-            events.push(end_slice(open, end, at).arg("close", why));
-        }
-    }
-}
-
-/// The function's counters: connections open, and the sum of their mean rates, as a
-/// sample at every moment either changes (and one at the start, so both start at 0).
-fn counters(pid: u32, conns: &[ConnSpan]) -> Vec<TraceEvent> {
-    let mut times: Vec<u64> = conns.iter().flat_map(|c| [c.start, c.end]).collect();
-    times.sort_unstable();
-    times.dedup();
-    let mut out = Vec::new();
-    for &t in &times {
-        // Summed afresh at each time: running sums of floats drift off zero.
-        let open = conns.iter().filter(|c| c.start <= t && t < c.end);
-        let (count, rate) = open.fold((0u64, 0.0), |(n, r), c| (n + 1, r + c.rate.unwrap_or(0.0)));
-        out.push(TraceEvent::counter(
-            "open connections",
-            pid,
-            t,
-            "connections",
-            count as f64,
-        ));
-        out.push(TraceEvent::counter(
-            "data into DMBs",
-            pid,
-            t,
-            "MB/s",
-            rate / 1e6,
-        ));
-    }
-    out
-}
-
 /// Reads a whole event file (JSON lines) into a timeline.
 pub fn from_reader(reader: impl BufRead) -> Result<TraceDocument, TimelineError> {
     let mut builder = TimelineBuilder::default();
@@ -589,9 +309,10 @@ pub fn from_reader(reader: impl BufRead) -> Result<TraceDocument, TimelineError>
 
 #[cfg(test)]
 mod tests {
-    use super::super::{to_json_line, ObservedEvent, What};
+    use super::tracks::BEFORE_TRACE;
     use super::*;
-    use crate::observer::trace_event::Phase;
+    use crate::export::chrome_trace::Phase;
+    use crate::observer::to_json_line;
 
     const GID: u64 = 0x1234_0049_534d_0001;
     const TOKEN: u64 = 0x1_0000_0000;

@@ -1,0 +1,164 @@
+//! The one table of ISM commands: each opcode's value, its name, its request struct and
+//! its response struct. Decoding, the request lengths the device checks, the names in
+//! logs and the fault grammar's `cmd=NAME` all come from here; adding a command is a row
+//! here plus its struct in [`super::wire`], its `Command` variant and its handler.
+
+use std::mem::size_of;
+
+use super::command::{Command, CommandError, ToCommand};
+use super::wire::{
+    AddVlanIdRequest, DelVlanIdRequest, QueryInfoRequest, QueryInfoResponse, QueryRgidRequest,
+    ReadGidRequest, ReadGidResponse, RegDmbRequest, RegDmbResponse, RegIeqRequest, RegSbaRequest,
+    Request, ResetVlanRequest, RespHeader, SetVlanRequest, SignalIeqRequest, UnregDmbRequest,
+    UnregIeqRequest, UnregSbaRequest,
+};
+
+/// Builds [`Opcode`] and everything derived from the table. A row is
+/// `Variant = value, "name", RequestStruct, ResponseStruct;` where `Variant` is also the
+/// name of the `Command` variant the request decodes to.
+macro_rules! opcodes {
+    ($($variant:ident = $code:literal, $name:literal, $req:ty, $resp:ty;)*) => {
+        /// An opcode the device knows.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u32)]
+        pub enum Opcode {
+            $($variant = $code,)*
+        }
+
+        impl Opcode {
+            /// Every opcode, in the table's order.
+            pub const ALL: &[Opcode] = &[$(Opcode::$variant,)*];
+
+            /// The opcode with this value, if the device knows it.
+            pub const fn from_code(code: u32) -> Option<Self> {
+                match code {
+                    $($code => Some(Opcode::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// The lower-case name (`reg_dmb`): the fault grammar's and the logs'.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Opcode::$variant => $name,)*
+                }
+            }
+
+            /// The request's length (the driver's `sizeof(cmd.request)`).
+            pub const fn request_len(self) -> usize {
+                match self {
+                    $(Opcode::$variant => size_of::<$req>(),)*
+                }
+            }
+
+            /// The length of a successful response (a failure answers with a header only).
+            pub const fn response_len(self) -> usize {
+                match self {
+                    $(Opcode::$variant => size_of::<$resp>(),)*
+                }
+            }
+
+            /// Decodes the command area as this opcode's request (its length checked).
+            pub(super) fn decode(self, area: &[u8]) -> Result<Command, CommandError> {
+                match self {
+                    $(Opcode::$variant => super::command::read::<$req>(area)?.to_command(),)*
+                }
+            }
+        }
+
+        $(impl Request for $req {
+            const OPCODE: u32 = $code;
+        })*
+
+        impl Command {
+            /// The opcode this command was decoded from.
+            pub fn opcode(&self) -> u32 {
+                match self {
+                    $(Command::$variant { .. } => $code,)*
+                }
+            }
+        }
+    };
+}
+
+opcodes! {
+    RegSba    = 0x01, "reg_sba",     RegSbaRequest,    RespHeader;
+    RegIeq    = 0x02, "reg_ieq",     RegIeqRequest,    RespHeader;
+    ReadGid   = 0x03, "read_gid",    ReadGidRequest,   ReadGidResponse;
+    AddVlanId = 0x04, "add_vlan_id", AddVlanIdRequest, RespHeader;
+    DelVlanId = 0x05, "del_vlan_id", DelVlanIdRequest, RespHeader;
+    SetVlan   = 0x06, "set_vlan",    SetVlanRequest,   RespHeader;
+    ResetVlan = 0x07, "reset_vlan",  ResetVlanRequest, RespHeader;
+    QueryInfo = 0x08, "query_info",  QueryInfoRequest, QueryInfoResponse;
+    QueryRgid = 0x09, "query_rgid",  QueryRgidRequest, RespHeader;
+    RegDmb    = 0x0a, "reg_dmb",     RegDmbRequest,    RegDmbResponse;
+    UnregDmb  = 0x0b, "unreg_dmb",   UnregDmbRequest,  RespHeader;
+    SignalIeq = 0x0e, "signal_ieq",  SignalIeqRequest, RespHeader;
+    UnregSba  = 0x11, "unreg_sba",   UnregSbaRequest,  RespHeader;
+    UnregIeq  = 0x12, "unreg_ieq",   UnregIeqRequest,  RespHeader;
+}
+
+impl Opcode {
+    /// The opcode's value on the wire.
+    pub const fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The opcode with this name (any case), if the device knows it.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|op| op.name().eq_ignore_ascii_case(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The driver's values and sizes, copied by hand from Linux 6.12's
+    /// drivers/s390/net/ism.h (`#define ISM_REG_SBA 0x1` ... and the request/response
+    /// unions): `(name, value, sizeof(request), sizeof(response))`.
+    const DRIVER: &[(&str, u32, usize, usize)] = &[
+        ("ISM_REG_SBA", 0x1, 16, 8),
+        ("ISM_REG_IEQ", 0x2, 24, 8),
+        ("ISM_READ_GID", 0x3, 8, 16),
+        ("ISM_ADD_VLAN_ID", 0x4, 16, 8),
+        ("ISM_DEL_VLAN_ID", 0x5, 16, 8),
+        ("ISM_SET_VLAN", 0x6, 8, 8),
+        ("ISM_RESET_VLAN", 0x7, 8, 8),
+        ("ISM_QUERY_INFO", 0x8, 8, 200),
+        ("ISM_QUERY_RGID", 0x9, 24, 8),
+        ("ISM_REG_DMB", 0xA, 40, 16),
+        ("ISM_UNREG_DMB", 0xB, 16, 8),
+        ("ISM_SIGNAL_IEQ", 0xE, 32, 8),
+        ("ISM_UNREG_SBA", 0x11, 8, 8),
+        ("ISM_UNREG_IEQ", 0x12, 8, 8),
+    ];
+
+    #[test]
+    fn the_table_is_the_drivers() {
+        assert_eq!(Opcode::ALL.len(), DRIVER.len());
+        for &(driver_name, value, req, resp) in DRIVER {
+            let op = Opcode::from_code(value).unwrap_or_else(|| panic!("{driver_name} missing"));
+            assert_eq!(
+                format!("ISM_{}", op.name().to_ascii_uppercase()),
+                driver_name
+            );
+            assert_eq!(op.code(), value, "{driver_name}");
+            assert_eq!(op.request_len(), req, "{driver_name} request");
+            assert_eq!(op.response_len(), resp, "{driver_name} response");
+            assert_eq!(Opcode::from_name(op.name()), Some(op));
+        }
+    }
+
+    #[test]
+    fn retired_and_unknown_values_are_not_opcodes() {
+        for code in [0, 0x0c, 0x0d, 0x0f, 0x10, 0x13, u32::MAX] {
+            assert_eq!(Opcode::from_code(code), None);
+        }
+        assert_eq!(Opcode::from_name("frobnicate"), None);
+        assert_eq!(Opcode::from_name("REG_DMB"), Some(Opcode::RegDmb));
+    }
+}
