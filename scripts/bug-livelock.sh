@@ -17,9 +17,11 @@
 # told nothing: its GID event would come only if b's function went away.
 # Verdict per run, within bounded time (never waited out):
 #   FIXED   a's read ended with an error within BUG_END_S (10) s of the refusal;
-#   BUG     a's read had not ended after BUG_WEDGE_S (20) s, and its vCPU, sampled through
-#           the QEMU monitor (scripts/guest_where.py), was never in wait state and was in
-#           the receive loop (smc_rx_*, lock_sock/release_sock, softirq re-enable);
+#   BUG     a's read had not ended after BUG_WEDGE_S (20) s, although its SO_RCVTIMEO is
+#           10 s (smcfault: a reader asleep in recv would have timed out), and its vCPU,
+#           sampled through the QEMU monitor (scripts/guest_where.py), was never in wait
+#           state and was in the receive loop (smc_rx_*, lock_sock/release_sock, softirq
+#           re-enable);
 #   OTHER   anything else (a read that ended some other way, a stream that never started).
 # One line per run on stdout ("bug-livelock KERNEL:VARIANT run i/n: VERDICT ..."); each
 # run is a test in build/results/bug-livelock.{ktap,junit.xml} whose point is named after
@@ -117,7 +119,7 @@ one_run() {
     inloop="$(grep '^sample ' "$RUN_DIR/a.where.txt" | grep -cE 'smc_rx_|smc_recvmsg|lock_sock|release_sock|local_bh_enable|sock_recvmsg' || true)"
     summary="$(grep -E '^cpu [0-9]+:' "$RUN_DIR/a.where.txt" | head -n 1)" || true
     if [ "${samples:-0}" -gt 0 ] && [ "${waits:-0}" -eq 0 ] && [ "${inloop:-0}" -gt 0 ]; then
-        VERDICT=BUG DETAIL="a's read still spinning ${took} s after the refusal: ${samples} CPU samples, 0 in wait state, ${inloop} in the receive loop (${summary})"
+        VERDICT=BUG DETAIL="a's read still spinning ${took} s after the refusal (its 10 s SO_RCVTIMEO never fired): ${samples} CPU samples, 0 in wait state, ${inloop} in the receive loop (${summary})"
     else
         DETAIL="a's read had not ended after ${took} s, but its CPU does not spin in the receive loop: samples=${samples:-0} wait=${waits:-0} in_loop=${inloop:-0} (${summary:-no samples})"
     fi
