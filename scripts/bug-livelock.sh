@@ -43,12 +43,16 @@ export GUEST_SMP="${GUEST_SMP:-1}"
 # modsyms: guest_where.py names smc.ko's code from the symbols the guest's init prints.
 export GUEST_APPEND_EXTRA="ismtest.modsyms=1${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}"
 GUEST_TIMEOUT="${GUEST_TIMEOUT:-300}"
-need_packages guests
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(6.12:stock 6.12:rxabort-fix)
 for t in "${targets[@]}"; do
     [[ "$t" == *:* ]] || usage_error "'$t' is not KERNEL:VARIANT"
+    # shellcheck disable=SC2086 # the lists are words
+    one_of "kernel line" "${t%%:*}" $KERNEL_LINES
+    # shellcheck disable=SC2086
+    one_of variant "${t#*:}" $VARIANTS
 done
+need_packages guests
 mkdir -p "$BUG_DIR"
 
 fault() { "$EMU_BIN" fault --control "$RUN_DIR/control.sock" "$@"; }
