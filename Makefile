@@ -23,13 +23,14 @@ export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
-	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults lint clean \
+	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults \
+	bug-livelock lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2] [VARIANT=stock|prezero|nozero] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2] [VARIANT=stock|prezero|nozero|rxabort-fix] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: README.md; defaults: scripts/config.sh."
@@ -155,6 +156,18 @@ experiment: images emulator ## the seed commit's experiment: zeroing at release 
 # each scenario's outcome asserted from both guests and the event stream.
 faults: images emulator ## fault scenarios against the unmodified kernels of two guests
 	scripts/faults.sh
+
+# The known net/smc receive livelock (scripts/bug-livelock.sh, guest-tests/kernel/patches/
+# rxabort-fix/README.md), made deterministic with the fault tools: on each line of
+# BUG_LINES (default 6.12) the stock kernel must wedge (detected within 20 s, reported as
+# the known bug) and VARIANT=rxabort-fix must end the read with an error. One line per
+# run; BUG_RUNS runs per kernel (default 1); KTAP/JUnit in build/results/bug-livelock.*.
+BUG_LINES ?= 6.12
+bug-livelock: qemu emulator ## the net/smc rx livelock: stock wedges (the known bug), rxabort-fix ends the read
+	for k in $(BUG_LINES); do for v in stock rxabort-fix; do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
+	done; done
+	scripts/bug-livelock.sh $(foreach k,$(BUG_LINES),$(k):stock $(k):rxabort-fix)
 
 # An event file's DMB lifecycles as a trace-event timeline for Perfetto's UI or
 # chrome://tracing, and a picture of it (docs/observer.md, "Timeline"). TIMELINE_EVENTS:

@@ -10,9 +10,10 @@ KERNEL_LINES="5.10 6.1 6.12 7.2"
 if [ -z "${KERNEL:-}" ] && [ -n "${KERNEL_SRC:-}${KERNEL_IMAGE:-}" ]; then KERNEL=custom; fi
 DEFAULT_KERNEL="${DEFAULT_KERNEL:-6.12}"
 KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
-# Guest kernel variant: stock (unmodified), prezero or nozero (negative controls).
+# Guest kernel variant: stock (unmodified), prezero or nozero (negative controls),
+# rxabort-fix (the net/smc fix for the receive livelock: guest-tests/kernel/patches/rxabort-fix).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero"
+VARIANTS="stock prezero nozero rxabort-fix"
 
 # check_kernel_selection: dies (scripts/lib.sh's die) unless KERNEL and VARIANT name
 # something the project builds. The one wording of that error, for the build and for
