@@ -2,7 +2,7 @@
 //! moves, lost signals and events) must not flood the host's log, and work done on its
 //! behalf (reads of guest memory, events queued at a peer) must have a budget.
 //!
-//! Every line a guest can cause goes through [`guest_log!`], whatever its module: one
+//! Every line a guest can cause goes through `guest_log!`, whatever its module: one
 //! budget per function for all of them ([`GuestLines`]).
 
 use std::collections::BTreeMap;
