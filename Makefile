@@ -68,6 +68,7 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	$(MAKE) -s -C guest-tests/progs check OUT=$(BUILD_DIR)/guest-progs
 	bash -c 'source scripts/lib.sh && need_packages guests timeline'
 	python3 scripts/test_experiment.py
+	python3 scripts/test_check_e2e.py
 	/usr/bin/python3 scripts/test_timeline.py
 
 lint: deps ## cargo fmt --check and clippy
