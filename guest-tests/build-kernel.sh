@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the s390x guest kernel that carries the SMC-D stack (ISM, SMC, SMC_DIAG).
 #
-#   KERNEL=5.10|6.1|6.12|7.2
-#                    kernel line (default 6.12): Debian's linux-source-X.Y package
+#   KERNEL=X.Y       kernel line, one of scripts/config.sh's KERNEL_LINES (default
+#                    6.12): Debian's linux-source-X.Y package, named in the table below
 #   VARIANT=stock|prezero|nozero
 #                    stock = the unmodified tree; the others apply
 #                    guest-tests/kernel/patches/<variant>/*.patch (negative controls)
@@ -51,6 +51,7 @@ case "$KERNEL" in
     6.1)  SUITE=bookworm; PKG=linux-source-6.1;  PKGVER=6.1.176-1 ;;
     6.12) SUITE=trixie;   PKG=linux-source-6.12; PKGVER=6.12.117-1 ;;
     7.2)  SUITE=sid;      PKG=linux-source-7.2;  PKGVER=7.2.13-1 ;;
+    7.3)  SUITE=trixie-backports; PKG=linux-source-7.3; PKGVER=7.3.4-1~bpo13+1 ;;
     *) die "no Debian package named for KERNEL=$KERNEL in $0" ;;
 esac
 # ---------------------------------------------------------------------------------------
@@ -79,8 +80,11 @@ LOCALVERSION=""
 need_packages kernel
 
 GCCVER="$(${CROSS_COMPILE}gcc --version | head -n1)"
+# The package table enters the hash only as this line's PKG=PKGVER (the script is hashed
+# without it): adding or updating another line leaves this line's cached build valid.
+SCRIPT_BODY="$(sed '/^# ---- The one place/,/^# -----/d' "$REPO_ROOT/guest-tests/build-kernel.sh")"
 HASH="$(input_hash "$PKG=$PKGVER" "$GCCVER" "$VARIANT" "${FRAGMENTS[@]}" "${PATCHES[@]}" \
-    "$REPO_ROOT/guest-tests/build-kernel.sh" "$REPO_ROOT/guest-tests/kernel-build.sh")"
+    "$SCRIPT_BODY" "$REPO_ROOT/guest-tests/kernel-build.sh")"
 RESULT="$CACHE_DIR/kernel/$PKGVER-$VARIANT-$HASH"
 OUT="$(kernel_dir)"
 

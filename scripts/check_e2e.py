@@ -18,6 +18,11 @@ The verdict the host's view supports is computed independently and must match.
 The SMC-D version each connection negotiated is read from the CLC handshake on the
 wire (the guests' TCP traffic, captured by QEMU's filter-dump into <guest>.net.pcap):
 the version nibble of the CLC accept and confirm messages.
+
+On kernels with the dibs layer (6.18 on) each guest's /sys/class/dibs (its /init prints
+`ISMTEST: DIBS <name> gid=.. fabric_id=..`) must show the GID the emulator gave that
+guest's function (<guest>.function names it) and the emulator's CHID; on older kernels
+that check is skipped, saying why.
 """
 
 import argparse
@@ -34,6 +39,13 @@ RELEASE_WINDOW_MS = 750.0
 
 # The seed commit (release-time zeroing) is first in v5.17.
 RELEASE_ZEROING_SINCE = (5, 17)
+
+# The dibs layer (drivers/dibs, the ISM driver's class since 6.18). Each device in
+# /sys/class/dibs has `gid` (the 16-byte uuid_t printed with %pUb; the ISM driver copies
+# the device's 64-bit GID into its first 8 bytes, the rest stays zero) and `fabric_id`
+# (0x%04x of the driver's get_fabric_id: the zPCI function's PCHID, i.e. the CHID).
+DIBS_SINCE = (6, 18)
+DIBS_RE = re.compile(r"^ISMTEST: DIBS (\S+) gid=(\S*) fabric_id=(\S*)")
 
 SUMMARY_RE = re.compile(r"^SUMMARY (.*)$")
 BOOTED_RE = re.compile(r"^ISMTEST: BOOTED (\S+)")
@@ -92,6 +104,80 @@ def expected_zeroing(variant, release):
     if ver is None:
         raise ValueError(f"cannot read a kernel version from {release!r}")
     return "release" if ver >= RELEASE_ZEROING_SINCE else "hand-out"
+
+
+# ---- the dibs devices against the host ------------------------------------------------
+def dibs_gid(gid):
+    """The host's 64-bit GID as the guest's /sys/class/dibs/*/gid shows it."""
+    b = gid.to_bytes(8, "big") + bytes(8)
+    return f"{b[:4].hex()}-{b[4:6].hex()}-{b[6:8].hex()}-{b[8:10].hex()}-{b[10:].hex()}"
+
+
+def guest_dibs(run_dir):
+    """{guest: {"function": name or None, "dibs": [(device, gid, fabric_id)]}} for every
+    guest with a console log."""
+    out = {}
+    for log in sorted(run_dir.glob("*.console.log")):
+        guest = log.name.split(".")[0]
+        fn = run_dir / f"{guest}.function"
+        devices = []
+        for line in log.read_text(errors="replace").splitlines():
+            m = DIBS_RE.match(line.strip())
+            if m:
+                devices.append(m.groups())
+        out[guest] = {"function": fn.read_text().strip() if fn.exists() else None, "dibs": devices}
+    return out
+
+
+def check_dibs(release, guests, snapshot):
+    """("ok" | "fail" | "skip", [message]): each guest's dibs device against the host's
+    view (snapshot: ism-emu observe json, with "chid" and "functions": [{name, gid}]).
+    Exactly one dibs device per guest (each has one ISM function and DIBS_LO is off), with
+    its function's GID and the emulator's CHID as fabric_id."""
+    ver = release_tuple(release)
+    reported = {g: v["dibs"] for g, v in guests.items() if v["dibs"]}
+    if ver is None:
+        return "fail", [f"cannot read a kernel version from {release!r}"]
+    if ver < DIBS_SINCE:
+        if reported:
+            return "fail", [f"kernel {release} predates the dibs layer ({DIBS_SINCE[0]}.{DIBS_SINCE[1]}) "
+                            f"yet reported dibs devices: {reported}"]
+        return "skip", [f"kernel {release} has no dibs layer (added in {DIBS_SINCE[0]}.{DIBS_SINCE[1]}): "
+                        f"no /sys/class/dibs to compare with the host"]
+    if not guests:
+        return "fail", ["no guest console to read /sys/class/dibs from"]
+    try:
+        chid = int(snapshot["chid"], 16)
+        host = {f["name"]: int(f["gid"], 16) for f in snapshot["functions"]}
+    except (KeyError, TypeError, ValueError) as e:
+        return "fail", [f"the emulator's snapshot has no CHID and function GIDs ({e})"]
+    ok, notes = True, []
+    for guest, v in sorted(guests.items()):
+        fn, devices = v["function"], v["dibs"]
+        if fn not in host:
+            ok = False
+            notes.append(f"{guest}: its function {fn!r} is not among the host's {sorted(host)}")
+            continue
+        if len(devices) != 1:
+            ok = False
+            notes.append(f"{guest}: {len(devices)} dibs device(s) in /sys/class/dibs, expected 1 "
+                         f"(its function {fn}): {devices}")
+            continue
+        name, gid, fabric = devices[0]
+        want_gid = dibs_gid(host[fn])
+        try:
+            fabric_val = int(fabric, 16)
+        except ValueError:
+            fabric_val = None
+        if gid.lower() != want_gid:
+            ok = False
+            notes.append(f"{guest}: dibs {name} gid {gid}, the host gave {fn} GID {host[fn]:#018x} ({want_gid})")
+        if fabric_val != chid:
+            ok = False
+            notes.append(f"{guest}: dibs {name} fabric_id {fabric or '(empty)'}, the host's CHID is {chid:#06x}")
+        if gid.lower() == want_gid and fabric_val == chid:
+            notes.append(f"{guest}: dibs {name} gid {gid} = {fn}'s GID {host[fn]:#018x}, fabric_id {fabric} = CHID")
+    return ("ok" if ok else "fail"), notes
 
 
 # ---- the CLC handshake on the wire ----------------------------------------------------
@@ -228,6 +314,7 @@ CHECKS = {
     "reuses_checked": "the observer checked every DMB reuse",
     "observer_zeroing": "the host's view of released DMBs matches what the kernel does",
     "clc_on_wire": "each connection's CLC handshake is on the wire",
+    "dibs_matches_host": "each guest's /sys/class/dibs shows its function's GID and the CHID (6.18+)",
 }
 
 
@@ -383,6 +470,15 @@ def main():
     two_guests = len({guest for guest, _ in rows}) >= 2
     if two_guests and client_conns and list(args.run_dir.glob("*.net.pcap")) and len(clc) < client_conns:
         fail("clc_on_wire", f"{len(clc)} CLC handshake(s) on the wire for {client_conns} connection(s)")
+    dibs, dibs_notes = check_dibs(release, guest_dibs(args.run_dir), snap)
+    for n in dibs_notes:
+        print(f"dibs: {n}")
+    if dibs == "fail":
+        for n in dibs_notes:
+            fail("dibs_matches_host", n)
+    elif dibs == "ok":
+        notes["dibs_matches_host"] += dibs_notes
+    skipped = {"dibs_matches_host": dibs_notes[0]} if dibs == "skip" else {}
     print(f"guest kernel {release} ({args.variant}): zeroing expected: {expected}, host's view: {verdict}; "
           f"SMC-D version on the wire: {version} ({len(clc)} CLC handshakes)")
     if args.result:
@@ -391,7 +487,7 @@ def main():
             "release": release, "variant": args.variant, "expected": expected, "verdict": verdict,
             "smcd_version": version, "clc_handshakes": len(clc), "conns": client_conns,
             "smcd": smcd_conns, "fallback": fallbacks, "reuses": reuses, "stale": stale,
-            "zeroings": zeroings, "median_zero_ms": median, "ok": not errors,
+            "zeroings": zeroings, "median_zero_ms": median, "dibs": dibs, "ok": not errors,
             "errors": errors,
         }, indent=1) + "\n")
     notes["observer_zeroing"].append(
@@ -405,8 +501,11 @@ def main():
     if args.checks:
         with args.checks.open("a") as out:
             for name, what in CHECKS.items():
-                out.write(json.dumps({"name": name, "ok": not failed[name], "what": what,
-                                      "diag": notes[name] + failed[name]}) + "\n")
+                point = {"name": name, "ok": not failed[name], "what": what,
+                         "diag": notes[name] + failed[name]}
+                if name in skipped:   # the check does not apply to this kernel: why
+                    point["skip"] = skipped[name]
+                out.write(json.dumps(point) + "\n")
     print(f"variant {args.variant}: " + ("as expected" if not errors else "NOT as expected"))
     for e in errors:
         print(f"  error: {e}", file=sys.stderr)

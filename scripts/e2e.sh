@@ -8,7 +8,7 @@
 #   crash  guest b is killed in the middle of a stream: guest a's connection must abort
 #          promptly (the device tells it the peer's GID is gone), guest a and the
 #          emulator carry on, and the emulator still shuts down cleanly
-# Environment: KERNEL (5.10 | 6.1 | 6.12 | 7.2), VARIANT (stock | prezero | nozero), TESTS (the
+# Environment: KERNEL (5.10 | 6.1 | 6.12 | 7.2 | 7.3), VARIANT (stock | prezero | nozero), TESTS (the
 # smcsuite tests, default "echo stream seq concurrent"), GUEST_TIMEOUT (s, default 600),
 # E2E_DIR (logs, default build/e2e), RESULTS_DIR and RESULTS_NAME (the KTAP and JUnit
 # reports: RESULTS_DIR/RESULTS_NAME.ktap and .junit.xml; default build/results and

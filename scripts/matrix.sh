@@ -3,27 +3,29 @@
 # each kernel line, unmodified (VARIANT=stock), then one table: line, kernel release,
 # SMC-D version negotiated on the wire, connections, SMC-D/fallback counts, DMB reuses,
 # what the host saw the guest do with released DMBs (release / hand-out / stale) and the median
-# delay from a close to the DMB reading zero. Each run is checked by
-# scripts/check_e2e.py against what its kernel version should do (v5.17+: zeroing at
-# release; older: at hand-out).
+# delay from a close to the DMB reading zero, and whether the guests' dibs devices match
+# the host (6.18+). Each run is checked by scripts/check_e2e.py against what its kernel
+# version should do (v5.17+: zeroing at release; older: at hand-out; 6.18+: dibs).
 #
 # Usage: scripts/matrix.sh [LINE...]     (default: every line in KERNEL_LINES)
-#        scripts/matrix.sh --others      every line except the default one ($KERNEL),
+#        scripts/matrix.sh --others      every line `make test` covers (TEST_LINES: all
+#                                        but 7.2) except the default one ($KERNEL),
 #                                        which `make test` covers with the full suite
 # Environment: TESTS (default seq), MATRIX_DIR (logs, default build/matrix).
-# Needs `make images-all emulator`. Exit status 1 if any line failed.
+# Needs `make images-all emulator` (--others: `make images-test emulator`). Exit status 1
+# if any line failed.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 lines=("$@")
 if [ "${lines[*]}" = --others ]; then
     lines=()
-    for k in $KERNEL_LINES; do [ "$k" = "$KERNEL" ] || lines+=("$k"); done
+    for k in $TEST_LINES; do [ "$k" = "$KERNEL" ] || lines+=("$k"); done
 else
     help_and_no_options "$@"
     [ ${#lines[@]} -gt 0 ] || read -r -a lines <<<"$KERNEL_LINES"
-    # shellcheck disable=SC2086
-    for k in "${lines[@]}"; do one_of "kernel line" "$k" $KERNEL_LINES; done
 fi
+# shellcheck disable=SC2086
+for k in "${lines[@]}"; do one_of "kernel line" "$k" $KERNEL_LINES; done
 need_packages guests   # python3: check_e2e.py, matrix_table.py
 MATRIX_DIR="${MATRIX_DIR:-$BUILD_DIR/matrix}"
 export TESTS="${TESTS:-seq}"

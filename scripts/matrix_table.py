@@ -2,15 +2,21 @@
 """Prints the kernel matrix from scripts/check_e2e.py's result files.
 
 Arguments: LINE=STATUS=RESULT_JSON ..., one per kernel line (STATUS: e2e.sh's exit
-status). Exits 1 unless every line passed.
+status). Exits 1 unless every line passed. The dibs column: the guests' /sys/class/dibs
+matched the host's GIDs and CHID (ok), did not (FAIL), or the kernel has no dibs layer
+(n/a: before 6.18).
 """
 
 import json
 import sys
 
+# check_e2e.py's dibs check: the guests' /sys/class/dibs against the host (6.18+).
+DIBS = {"ok": "ok", "fail": "FAIL", "skip": "n/a"}
+
 
 def main(argv):
-    head = ("line", "kernel", "SMC-D ver", "conns", "SMC-D", "fallback", "reuses", "zeroing", "expected", "median ms", "result")
+    head = ("line", "kernel", "SMC-D ver", "conns", "SMC-D", "fallback", "reuses", "zeroing", "expected", "median ms",
+            "dibs", "result")
     rows, failed = [], []
     for arg in argv:
         line, status, path = arg.split("=", 2)
@@ -27,7 +33,7 @@ def main(argv):
             line, r.get("release", "?"), r.get("smcd_version", "?"), str(r.get("conns", "?")),
             str(r.get("smcd", "?")), str(r.get("fallback", "?")), str(r.get("reuses", "?")), r.get("verdict", "?"),
             r.get("expected", "?"), f"{med:.1f}" if isinstance(med, (int, float)) else "-",
-            "ok" if ok else "FAIL",
+            DIBS.get(r.get("dibs"), "?"), "ok" if ok else "FAIL",
         ))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)

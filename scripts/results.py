@@ -6,7 +6,9 @@
       runs in RUN_DIRs: a test per run (a topology on a kernel, e.g. "two-6.12"), with a
       test point per check that run recorded in RUN_DIR/checks.jsonl (by the scripts'
       record_check and by check_e2e.py), diagnostics included. Also DIR/NAME.points.json,
-      the same points as data, which `check` holds the parsed files to.
+      the same points as data, which `check` holds the parsed files to. A point recorded
+      with "skip": REASON (a check that does not apply, e.g. dibs on a kernel without it)
+      is a KTAP `# SKIP REASON` and a JUnit <skipped>, neither pass nor fail.
 
   results.py check --kunit KUNIT_PY --junitparser-python PY DIR
       Parses every DIR/*.ktap with the kernel's own KTAP parser (tools/testing/kunit's
@@ -40,7 +42,8 @@ def read_run(run_dir):
             if line.strip():
                 p = json.loads(line)
                 points.append({"name": safe_name(p["name"]), "ok": bool(p["ok"]),
-                               "what": p.get("what", ""), "diag": [str(d) for d in p.get("diag", [])]})
+                               "what": p.get("what", ""), "diag": [str(d) for d in p.get("diag", [])],
+                               "skip": " ".join(str(p["skip"]).split()) if p.get("skip") else None})
     except (OSError, ValueError, KeyError) as e:
         points = [{"name": "recorded", "ok": False, "what": "the run recorded its checks",
                    "diag": [f"cannot read {path}: {e}"]}]
@@ -64,10 +67,13 @@ def ktap(name, runs):
             for d in ([p["what"]] if p["what"] else []) + p["diag"]:
                 for line in d.splitlines() or [""]:
                     out.append(f"{sub}# {p['name']}: {line}")
-            out.append(f"{sub}{'ok' if p['ok'] else 'not ok'} {j} {p['name']}")
-        passed = sum(p["ok"] for p in points)
+            skip = f" # SKIP {p['skip']}" if p["skip"] else ""
+            out.append(f"{sub}{'ok' if p['ok'] else 'not ok'} {j} {p['name']}{skip}")
+        skipped = sum(bool(p["skip"]) for p in points)
+        passed = sum(p["ok"] and not p["skip"] for p in points)
         took = f" time:{seconds:.0f}s" if seconds is not None else ""
-        out.append(f"{sub}# {suite}: pass:{passed} fail:{len(points) - passed} skip:0 total:{len(points)}{took}")
+        out.append(f"{sub}# {suite}: pass:{passed} fail:{len(points) - passed - skipped} skip:{skipped} "
+                   f"total:{len(points)}{took}")
         ok = all(p["ok"] for p in points)
         out.append(f"{'ok' if ok else 'not ok'} {i} {suite}")
     return "\n".join(out) + "\n"
@@ -79,7 +85,7 @@ def junit(name, runs):
     for suite, points, seconds in runs:
         failed = sum(not p["ok"] for p in points)
         el = ET.SubElement(root, "testsuite", name=suite, tests=str(len(points)),
-                           failures=str(failed), errors="0", skipped="0",
+                           failures=str(failed), errors="0", skipped=str(sum(bool(p["skip"]) for p in points)),
                            time=f"{seconds or 0:.1f}")
         for p in points:
             case = ET.SubElement(el, "testcase", classname=f"{name}.{suite}", name=p["name"], time="0")
@@ -87,6 +93,8 @@ def junit(name, runs):
             if not p["ok"]:
                 failure = ET.SubElement(case, "failure", message=(p["diag"] or [p["what"]])[-1][:500], type="check")
                 failure.text = text
+            elif p["skip"]:
+                ET.SubElement(case, "skipped", message=p["skip"][:500]).text = text
             elif text:
                 ET.SubElement(case, "system-out").text = text
         total += len(points)
@@ -102,7 +110,7 @@ def write(args):
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.ktap").write_text(ktap(args.name, runs))
     (args.out / f"{args.name}.junit.xml").write_text(junit(args.name, runs))
-    points = [{"suite": s, "points": [[p["name"], p["ok"]] for p in pts]} for s, pts, _ in runs]
+    points = [{"suite": s, "points": [point_state(p) for p in pts]} for s, pts, _ in runs]
     (args.out / f"{args.name}.points.json").write_text(json.dumps(points, indent=1) + "\n")
     failed = sum(not p["ok"] for _, pts, _ in runs for p in pts)
     print(f"results: {args.out}/{args.name}.ktap and .junit.xml: {len(runs)} runs, "
@@ -110,7 +118,12 @@ def write(args):
     return 0
 
 
-# Read back by the Python that has junitparser: [{suite, points: [[name, ok]]}] as JSON.
+def point_state(p):
+    """[name, ok] of a point as points.json has it; [name, "skip"] for a skipped one."""
+    return [p["name"], "skip" if p["skip"] else p["ok"]]
+
+
+# Read back by the Python that has junitparser: [{suite, points: [[name, ok or "skip"]]}].
 JUNIT_READER = """
 import json, sys
 from junitparser import JUnitXml, Failure, Error, Skipped
@@ -119,8 +132,9 @@ out = []
 for suite in xml:
     pts = []
     for case in suite:
-        bad = any(isinstance(r, (Failure, Error, Skipped)) for r in case.result)
-        pts.append([case.name, not bad])
+        bad = any(isinstance(r, (Failure, Error)) for r in case.result)
+        skip = any(isinstance(r, Skipped) for r in case.result)
+        pts.append([case.name, "skip" if skip and not bad else not bad])
     out.append({"suite": suite.name, "points": pts, "tests": suite.tests, "failures": suite.failures})
 print(json.dumps(out))
 """
@@ -131,7 +145,8 @@ def ktap_points(group):
     out = []
     for g in group.get("sub_groups", []):
         out.append({"suite": g["name"],
-                    "points": [[c["name"], c["status"] == "PASS"] for c in g["test_cases"]]})
+                    "points": [[c["name"], "skip" if c["status"] == "SKIP" else c["status"] == "PASS"]
+                               for c in g["test_cases"]]})
     return out
 
 
@@ -168,11 +183,11 @@ def check(args):
         if got != expect:
             problems.append(f"{junit_path}: junitparser reads {got}, the run recorded {expect}")
         for s in suites:
-            want_fail = sum(not ok for _, ok in s["points"])
+            want_fail = sum(ok is False for _, ok in s["points"])
             if s["tests"] != len(s["points"]) or s["failures"] != want_fail:
                 problems.append(f"{junit_path}: suite {s['suite']} counts tests={s['tests']} "
                                 f"failures={s['failures']}, its cases say {len(s['points'])}/{want_fail}")
-        failed = sum(not ok for s in expect for _, ok in s["points"])
+        failed = sum(ok is False for s in expect for _, ok in s["points"])
         total = sum(len(s["points"]) for s in expect)
         if len(problems) == before:
             print(f"results-check: {name}: {len(expect)} runs, {total} points ({failed} failed): "

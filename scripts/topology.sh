@@ -95,6 +95,9 @@ guest_start() {
     run="$(IFS=+; echo "$*")"
     [ -z "${GUEST_MEM:-}" ] || size+=(--mem "$GUEST_MEM")
     [ -z "${GUEST_SMP:-}" ] || size+=(--smp "$GUEST_SMP")
+    # The emulated function this guest gets (emu_start serves ismN.sock as function ismN):
+    # check_e2e.py compares the guest's view of it (/sys/class/dibs) with the host's.
+    basename "$sock" .sock >"$RUN_DIR/$name.function"
     local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}"
     "$REPO_ROOT/qemu-configs/run-guest.sh" --name "$name" \
         --kernel "$(guest_kernel)" --initrd "$(guest_initrd)" --append "$append" \

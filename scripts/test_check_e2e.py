@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""check_e2e.py's dibs check (make unit): a guest's /sys/class/dibs against the host.
+
+The inputs are what a run leaves: the guests' console lines (`ISMTEST: BOOTED`,
+`ISMTEST: DIBS`), <guest>.function and the emulator's snapshot. The check must pass on
+the values a 7.x guest really prints, fail on every wrong one, and be skipped (with its
+reason) on a kernel without the dibs layer."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import check_e2e  # noqa: E402
+
+SNAPSHOT = {"chid": "0x1234", "dmbs": [], "functions": [
+    {"name": "ism0", "gid": "0x12340049534d0001", "counters": {"moves_out": 0}},
+    {"name": "ism1", "gid": "0x12340049534d0002", "counters": {"moves_out": 0}},
+]}
+# What a 7.2 guest on function ism0 printed (e2e two-7.2, guest a).
+GOOD_A = "ISMTEST: DIBS ism2 gid=12340049-534d-0001-0000-000000000000 fabric_id=0x1234"
+GOOD_B = "ISMTEST: DIBS ism2 gid=12340049-534d-0002-0000-000000000000 fabric_id=0x1234"
+
+
+def guests(**consoles):
+    """{guest: {function, dibs}} as guest_dibs reads them from a run folder."""
+    with tempfile.TemporaryDirectory() as d:
+        run = pathlib.Path(d)
+        for guest, (function, lines) in consoles.items():
+            (run / f"{guest}.console.log").write_text("\n".join(lines) + "\n")
+            if function is not None:
+                (run / f"{guest}.function").write_text(function + "\n")
+        return check_e2e.guest_dibs(run)
+
+
+class DibsCheck(unittest.TestCase):
+    def test_gid_as_the_guest_prints_it(self):
+        self.assertEqual(check_e2e.dibs_gid(0x12340049534D0001), "12340049-534d-0001-0000-000000000000")
+
+    def test_both_guests_match(self):
+        state, notes = check_e2e.check_dibs(
+            "7.3.4", guests(a=("ism0", [GOOD_A]), b=("ism1", [GOOD_B])), SNAPSHOT)
+        self.assertEqual(state, "ok", notes)
+        self.assertEqual(len(notes), 2)
+
+    def test_fails_on_a_wrong_expectation(self):
+        cases = {
+            "swapped functions": dict(a=("ism1", [GOOD_A]), b=("ism0", [GOOD_B])),
+            "wrong gid": dict(a=("ism0", [GOOD_A.replace("0001-0000", "0003-0000")])),
+            "gid bytes reversed": dict(a=("ism0", ["ISMTEST: DIBS ism2 gid=01004d53-4900-3412-0000-000000000000 fabric_id=0x1234"])),
+            "wrong fabric": dict(a=("ism0", [GOOD_A.replace("0x1234", "0x4321")])),
+            "empty fabric": dict(a=("ism0", [GOOD_A.replace("fabric_id=0x1234", "fabric_id=")])),
+            "no dibs device": dict(a=("ism0", ["ISMTEST: BOOTED 7.3.4"])),
+            "two dibs devices": dict(a=("ism0", [GOOD_A, GOOD_A.replace("ism2", "lo")])),
+            "no function recorded": dict(a=(None, [GOOD_A])),
+            "unknown function": dict(a=("ism7", [GOOD_A])),
+            "no guest": {},
+        }
+        for what, consoles in cases.items():
+            with self.subTest(what):
+                state, notes = check_e2e.check_dibs("7.2.13", guests(**consoles), SNAPSHOT)
+                self.assertEqual(state, "fail", notes)
+
+    def test_fails_without_the_hosts_view(self):
+        state, _ = check_e2e.check_dibs("7.2.13", guests(a=("ism0", [GOOD_A])), {"functions": [], "dmbs": []})
+        self.assertEqual(state, "fail")
+
+    def test_skipped_before_6_18(self):
+        for release in ("5.10.223", "6.1.176", "6.12.117", "6.17.1"):
+            with self.subTest(release):
+                state, notes = check_e2e.check_dibs(release, guests(a=("ism0", ["ISMTEST: BOOTED x"])), SNAPSHOT)
+                self.assertEqual(state, "skip")
+                self.assertIn("no dibs layer", notes[0])
+
+    def test_dibs_on_an_older_kernel_fails(self):
+        state, _ = check_e2e.check_dibs("6.12.117", guests(a=("ism0", [GOOD_A])), SNAPSHOT)
+        self.assertEqual(state, "fail")
+
+    def test_6_18_needs_dibs(self):
+        state, _ = check_e2e.check_dibs("6.18.1", guests(a=("ism0", [])), SNAPSHOT)
+        self.assertEqual(state, "fail")
+
+
+class Points(unittest.TestCase):
+    """The check as a test point: a skip carries its reason into checks.jsonl, and
+    results.py makes it a KTAP SKIP and a JUnit <skipped>, not a pass."""
+
+    def run_check(self, release, console):
+        d = tempfile.mkdtemp()
+        run = pathlib.Path(d) / "two-x"
+        run.mkdir()
+        (run / "a.console.log").write_text(f"ISMTEST: BOOTED {release}\n{console}\n")
+        (run / "a.function").write_text("ism0\n")
+        (run / "snapshot.json").write_text(json.dumps(SNAPSHOT))
+        subprocess.run([sys.executable, os.path.join(HERE, "check_e2e.py"), "--run-dir", str(run),
+                        "--checks", str(run / "checks.jsonl")], capture_output=True, text=True)
+        points = {p["name"]: p for p in map(json.loads, (run / "checks.jsonl").read_text().splitlines())}
+        out = pathlib.Path(d) / "out"
+        subprocess.run([sys.executable, os.path.join(HERE, "results.py"), "write", "--name", "t",
+                        "--out", str(out), str(run)], check=True, capture_output=True)
+        return points["dibs_matches_host"], (out / "t.ktap").read_text(), (out / "t.junit.xml").read_text()
+
+    def test_skip_is_reported_as_skip(self):
+        point, ktap, junit = self.run_check("6.12.117", "")
+        self.assertIn("no dibs layer", point["skip"])
+        self.assertRegex(ktap, r"\n    ok \d+ dibs_matches_host # SKIP kernel 6\.12\.117 has no dibs layer")
+        self.assertIn('<skipped message="kernel 6.12.117 has no dibs layer', junit)
+
+    def test_match_and_mismatch(self):
+        point, ktap, _ = self.run_check("7.3.4", GOOD_A)
+        self.assertTrue(point["ok"])
+        self.assertNotIn("skip", point)
+        self.assertRegex(ktap, r"\n    ok \d+ dibs_matches_host\n")
+        point, ktap, _ = self.run_check("7.3.4", GOOD_B)
+        self.assertFalse(point["ok"])
+        self.assertRegex(ktap, r"\n    not ok \d+ dibs_matches_host\n")
+
+
+if __name__ == "__main__":
+    unittest.main()
