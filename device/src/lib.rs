@@ -13,8 +13,8 @@
 //! - [`dmb`]: a registered DMB and the clock, shared by fabric and observer;
 //! - [`ism`]: commands and their wire format, data-move addresses, status block, events;
 //! - [`fault`]: fault injection rules (the fabric asks them at its hooks);
-//! - [`dma`]: a guest's IOVA space over its shared RAM;
-//! - [`interrupts`]: the one MSI/MSI-X vector;
+//! - [`guest`]: guest memory and interrupts (a guest's IOVA space over its shared RAM,
+//!   views of it read without a lock, the one MSI/MSI-X vector);
 //! - [`logger`]: the process's log, written by a thread of its own: a log call never waits;
 //! - [`util`]: hex, rate limits (one budget per function for every log line its guest can
 //!   cause): helpers that know nothing of ISM.
@@ -22,11 +22,10 @@
 
 pub mod backend;
 pub mod control;
-pub mod dma;
 pub mod dmb;
 pub mod fabric;
 pub mod fault;
-pub mod interrupts;
+pub mod guest;
 pub mod ism;
 pub mod logger;
 pub mod observer;

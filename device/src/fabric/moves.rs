@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::dma::{DmaError, DmaView, Scan};
 use crate::dmb::{FunctionId, OpTime};
+use crate::guest::{DmaError, DmaView, Scan};
 use crate::ism::{MoveAddress, MAX_MOVE_LEN};
 use crate::observer::{ReuseCheck, ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
 use crate::util::ratelimit::guest_log;
@@ -540,7 +540,7 @@ fn look_cost(w: &ZeroWatch, len: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::{look, look_cost, MoveError, Stored, HELD_TOKENS, PAGE};
-    use crate::dma::{DmaSpace, DmaView};
+    use crate::guest::{DmaSpace, DmaView};
     use crate::ism::command::Command;
     use crate::ism::MoveAddress;
     use crate::observer::{ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
