@@ -4,7 +4,8 @@
 //! Layers, from the wire inwards (each uses only those below it):
 //! - [`server`]: one vfio-user server per function socket, the main event loop;
 //! - [`replay`]: a recorded trace run again through the fabric and the observer;
-//! - [`control`]: the control socket (`ism-emu observe`);
+//! - [`control`]: the control socket (`ism-emu observe`, `ism-emu fault`): its typed wire
+//!   format and its server;
 //! - [`backend`]: one function as its vfio-user client sees it (regions, DMA, interrupts);
 //! - [`fabric`]: the functions of one machine, their DMBs, routing between guests;
 //! - [`trace`]: recorded traces of what the device was asked to do (`--trace`, `replay`);
