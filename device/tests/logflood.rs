@@ -216,7 +216,7 @@ impl Resets {
 }
 
 /// ism4: never reads its interrupt's eventfd, whose counter is full: every signal into
-/// its own DMB loses the interrupt (interrupts.rs).
+/// its own DMB loses the interrupt (guest/interrupts.rs).
 struct Unheard {
     g: Guest,
     own: u64,

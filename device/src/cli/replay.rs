@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use ism_emu::observer::report::{DmbsTable, Snapshot, Verdict};
+use ism_emu::control::Control;
+use ism_emu::observer::report::{DmbsTable, Verdict};
 use ism_emu::observer::Observer;
 
 use super::CliError;
@@ -39,11 +40,8 @@ pub fn run(opts: ReplayOpts) -> Result<(), CliError> {
     };
     let observer = Arc::new(Observer::new(file));
     let (fabric, report) = ism_emu::replay::replay(&trace, Arc::clone(&observer))?;
-    let snap = Snapshot {
-        chid: fabric.chid(),
-        functions: fabric.function_views(),
-        dmbs: observer.summaries(),
-    };
+    // What the control socket would answer at the end of the live run.
+    let snap = Control::new(fabric, observer).snapshot();
     if let Some(path) = snapshot {
         let json = serde_json::to_string(&snap).map_err(CliError::BadSnapshot)?;
         std::fs::write(&path, json + "\n")?;
