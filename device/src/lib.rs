@@ -5,7 +5,8 @@
 //! - [`export`]: offline converters only the CLI runs (the timeline, Chrome trace events);
 //! - [`server`]: one vfio-user server per function socket, the main event loop;
 //! - [`record`]: recorded traces (`--trace`) and their replay through a fresh fabric;
-//! - [`control`]: the control socket (`ism-emu observe`);
+//! - [`control`]: the control socket (`ism-emu observe`, `ism-emu fault`): its typed wire
+//!   format and its server;
 //! - [`backend`]: one function as its vfio-user client sees it (regions, DMA, interrupts);
 //! - [`fabric`]: the functions of one machine, their DMBs, routing between guests;
 //! - [`observer`]: the host's view: DMB lives, events, the snapshot and its tables;
@@ -13,8 +14,8 @@
 //! - [`dmb`]: a registered DMB and the clock, shared by fabric and observer;
 //! - [`ism`]: commands and their wire format, data-move addresses, status block, events;
 //! - [`fault`]: fault injection rules (the fabric asks them at its hooks);
-//! - [`dma`]: a guest's IOVA space over its shared RAM;
-//! - [`interrupts`]: the one MSI/MSI-X vector;
+//! - [`guest`]: guest memory and interrupts (a guest's IOVA space over its shared RAM,
+//!   views of it read without a lock, the one MSI/MSI-X vector);
 //! - [`logger`]: the process's log, written by a thread of its own: a log call never waits;
 //! - [`util`]: hex, histograms, rate limits (one budget per function for every log line its guest can
 //!   cause): helpers that know nothing of ISM.
@@ -22,12 +23,11 @@
 
 pub mod backend;
 pub mod control;
-pub mod dma;
 pub mod dmb;
 pub mod export;
 pub mod fabric;
 pub mod fault;
-pub mod interrupts;
+pub mod guest;
 pub mod ism;
 pub mod logger;
 pub mod observer;
@@ -38,13 +38,6 @@ pub mod server;
 #[doc(hidden)]
 pub mod testkit;
 pub mod util;
-
-// The CLI's paths from before `record/` (main.rs is being split into cli/ meanwhile):
-// drop these once it names `record::` itself.
-#[doc(hidden)]
-pub use record as trace;
-#[doc(hidden)]
-pub use record::replay;
 
 /// The GID of function `index` on fabric `chid`: nonzero, unique on the fabric and the
 /// same every time the emulator starts with the same configuration.

@@ -14,6 +14,9 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use ism_emu::control::api::{
+    Answer, Done, Envelope, FaultList, FaultRule, Reason, Refusal, Request, VERSION,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use vmm_sys_util::tempdir::TempDir;
@@ -510,10 +513,49 @@ fn followers_that_leave_give_their_slots_back_without_waiting_for_an_event() {
     // may find the connection closed already (EPIPE), which is what it should do.
     for _ in 0..20 {
         let mut follower = UnixStream::connect(&ctl).unwrap();
-        let _ = writeln!(follower, "follow");
+        let _ = writeln!(follower, "{}", Envelope::new(Request::Follow).to_line());
     }
     // No guest, so no event: the slots must come back by themselves.
     std::thread::sleep(Duration::from_millis(1500));
+    assert_answers(&ctl);
+}
+
+/// Sends `line` to the control socket and reads the one answer line.
+fn ask_raw(ctl: &Path, line: &str) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(ctl).unwrap();
+    writeln!(stream, "{line}").unwrap();
+    let mut answer = String::new();
+    BufReader::new(stream).read_line(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn the_control_socket_refuses_another_version_and_still_reads_the_plain_lines() {
+    let (_dir, _child, ctl) = serving();
+    let newer = Envelope {
+        version: VERSION + 1,
+        request: Request::Snapshot,
+    };
+    let refusal: Refusal = serde_json::from_str(&ask_raw(&ctl, &newer.to_line())).unwrap();
+    assert_eq!(refusal.reason, Reason::Version);
+    assert_eq!(refusal.speaks, Some(VERSION));
+    // A client from before the version field, JSON or a plain line, is served.
+    let unversioned = ask_raw(&ctl, r#"{"request":"fault_list"}"#);
+    let plain = ask_raw(&ctl, "fault list");
+    assert_eq!(unversioned, plain);
+    assert!(matches!(
+        Answer::parse_as::<Done>(&plain).unwrap(),
+        Ok(Done::List { .. })
+    ));
+    let snapshot = ask_raw(&ctl, "snapshot");
+    assert!(matches!(
+        serde_json::from_str::<Answer>(&snapshot).unwrap(),
+        Answer::Snapshot(_)
+    ));
+    // Not a request at all: refused, the emulator still answers.
+    let junk: Refusal = serde_json::from_str(&ask_raw(&ctl, "{\"request\":1}")).unwrap();
+    assert_eq!(junk.reason, Reason::Request);
     assert_answers(&ctl);
 }
 
@@ -621,13 +663,17 @@ fn fault_list_prints_aligned_columns_and_json() {
     );
     let out = fault_cmd(&ctl, &["list", "--json"]);
     assert!(out.status.success());
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(json["faults"][0]["id"], 1);
+    let list: FaultList = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
-        json["faults"][0]["spec"],
-        "cmd=reg_dmb@ism0,rc=0xffff,next=4"
+        list.faults,
+        [FaultRule {
+            fired: 0,
+            id: 1,
+            seen: 0,
+            spec: "cmd=reg_dmb@ism0,rc=0xffff,next=4".into(),
+            spent: false
+        }]
     );
-    assert_eq!(json["faults"][0]["spent"], false);
 }
 
 #[test]
@@ -773,7 +819,7 @@ fn check_exit_code(stale: u64, unchecked: u64, clean: u64) -> Option<i32> {
         let (stream, _) = listener.accept().unwrap();
         let mut request = String::new();
         BufReader::new(&stream).read_line(&mut request).unwrap();
-        assert_eq!(request, "snapshot\n");
+        assert_eq!(request, Envelope::new(Request::Snapshot).to_line() + "\n");
         writeln!(&stream, "{snapshot}").unwrap();
     });
     let out = run(&[
@@ -923,14 +969,17 @@ fn log_lines_carry_a_utc_clock_and_the_level_can_be_set_on_the_command_line() {
     assert!(wait_for(&ctl));
     let log = stop_and_read_log(child);
     let first = log.lines().next().unwrap_or_default();
-    // [21:03:04.123Z INFO  ism_emu] fabric CHID ...
+    // [21:03:04.123Z INFO  ism_emu::cli::serve] fabric CHID ...
     let clock = &first[1..first.find(' ').unwrap()];
     assert_eq!(clock.len(), 13, "{first}");
     assert!(
         clock.ends_with('Z') && clock.as_bytes()[2] == b':',
         "{first}"
     );
-    assert!(first.contains(" INFO  ism_emu] fabric CHID"), "{first}");
+    assert!(
+        first.contains(" INFO  ism_emu::cli::serve] fabric CHID"),
+        "{first}"
+    );
 }
 
 #[test]

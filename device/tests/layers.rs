@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// Top to bottom. A module may use the modules of any layer below its own.
 const LAYERS: &[&[&str]] = &[
-    &["main"],
+    &["main", "cli"],
     &["export"],
     &["testkit"],
     &["server"],
@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["observer"],
     &["pci", "dmb", "fault"],
     &["ism"],
-    &["dma", "interrupts"],
+    &["guest"],
     &["util", "logger"],
 ];
 

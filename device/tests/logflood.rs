@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ism_emu::control::api::{Envelope, Request};
 use ism_emu::default_gid;
 use ism_emu::ism::wire::{self, ReqHeader};
 use ism_emu::testkit::window;
@@ -209,7 +210,7 @@ impl Resets {
 }
 
 /// ism4: never reads its interrupt's eventfd, whose counter is full: every signal into
-/// its own DMB loses the interrupt (interrupts.rs).
+/// its own DMB loses the interrupt (guest/interrupts.rs).
 struct Unheard {
     g: Guest,
     own: u64,
@@ -446,7 +447,7 @@ fn a_follower_that_falls_behind_is_told_how_many_lines_it_lost() {
     let _serial = serial();
     let emu = Emulator::start(Stdio::null());
     let mut follower = UnixStream::connect(emu.control()).unwrap();
-    writeln!(follower, "follow").unwrap();
+    writeln!(follower, "{}", Envelope::new(Request::Follow).to_line()).unwrap();
     follower
         .set_read_timeout(Some(Duration::from_millis(50)))
         .unwrap();

@@ -24,10 +24,10 @@ use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use crate::dma::{DmaError, DmaSpace};
 use crate::dmb::{now_us, Dmb, FunctionId, OpTime};
 use crate::fault::FaultPlan;
-use crate::interrupts::{Interrupts, IrqError};
+use crate::guest::interrupts::{Interrupts, IrqError};
+use crate::guest::{DmaError, DmaSpace};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::observer::report::{Counters, FunctionView};
 use crate::observer::EventSink;

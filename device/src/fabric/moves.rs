@@ -6,8 +6,8 @@
 
 use std::time::Instant;
 
-use crate::dma::DmaError;
 use crate::dmb::{Dmb, FunctionId, OpTime};
+use crate::guest::DmaError;
 use crate::ism::{MoveAddress, MAX_MOVE_LEN};
 use crate::observer::ReuseCheck;
 use crate::util::hex::to_hex;

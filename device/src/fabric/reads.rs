@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::dma::DmaView;
 use crate::dmb::FunctionId;
+use crate::guest::DmaView;
 use crate::observer::{ReuseCheck, Unread, ZeroScan, ZeroWatch};
 
 use super::held::Slot;

@@ -2,8 +2,8 @@
 //! guest zeroes the DMB. Its looks read guest memory *outside* the fabric's lock (the
 //! lock only takes views of the DMBs), within a budget per owner function and tick.
 
-use crate::dma::{DmaView, Scan};
 use crate::dmb::OpTime;
+use crate::guest::{DmaView, Scan};
 use crate::observer::{ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
 
 use super::{Fabric, Record};
@@ -93,7 +93,7 @@ fn look_cost(w: &ZeroWatch, len: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::{look, look_cost, PAGE};
-    use crate::dma::{DmaSpace, DmaView};
+    use crate::guest::{DmaSpace, DmaView};
     use crate::observer::{ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
     use crate::testkit::rig::Rig;
     use crate::testkit::{window, GuestRam};

@@ -12,7 +12,7 @@
 use zerocopy::big_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::dma::{DmaError, DmaSpace};
+use crate::guest::{DmaError, DmaSpace};
 
 const SBA_FLAGS: u64 = 0;
 const SBA_SUMMARY: u8 = 0x80;

@@ -32,8 +32,8 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::util::line_writer::{LineWriter, Sink};
 use crate::dmb::now_us;
+use crate::util::line_writer::{LineWriter, Sink};
 pub use dmb_life::DmbLife;
 pub use event::{to_json_line, Line, ObservedEvent, What};
 pub use reads::{ReuseCheck, Unread, ZeroScan, ZeroWatch};

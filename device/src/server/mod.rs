@@ -25,7 +25,7 @@ use crate::backend::IsmBackend;
 use crate::control::Control;
 use crate::dmb::FunctionId;
 use crate::fabric::Fabric;
-use crate::interrupts::{has_irq_info, vector_count, IRQ_INFO_FLAGS};
+use crate::guest::interrupts::{has_irq_info, vector_count, IRQ_INFO_FLAGS};
 use crate::observer::{Observer, ZERO_POLL_INTERVAL};
 use crate::pci::region_size;
 
