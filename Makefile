@@ -24,7 +24,7 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults \
-	bug-livelock lint clean \
+	bug-livelock bug-chid0 lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
@@ -176,6 +176,19 @@ bug-livelock: qemu emulator ## the net/smc rx livelock: stock wedges (the known 
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
 	done; done
 	scripts/bug-livelock.sh $(foreach k,$(BUG_LINES),$(k):stock $(k):rxabort-fix)
+
+# The known net/smc CHID-0 accept bug (upstream 277740023def; docs/known-bugs.md), with a
+# crafted peer (5.10 VARIANT=chid0-peer answers SMC-Dv2 with CHID 0): the client on stock
+# 5.10 (no backport) must oops in smc_conn_create(); 5.10 VARIANT=chid0-fix (the upstream
+# fix) and the stock CHID0_LINES (default 6.1, which has Debian's backport) must refuse the
+# accept and live. KTAP/JUnit in build/results/bug-chid0.*; BUG_RUNS runs per kernel (1).
+CHID0_LINES ?= 6.1
+CHID0_CLIENTS = 5.10:stock 5.10:chid0-fix $(foreach k,$(CHID0_LINES),$(k):stock)
+bug-chid0: qemu emulator ## net/smc CHID-0 accept: stock 5.10 oopses (the known bug), fixed kernels refuse it
+	for kv in 5.10:chid0-peer $(CHID0_CLIENTS); do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$${kv%%:*} VARIANT=$${kv#*:} || exit 1; \
+	done
+	scripts/bug-chid0.sh $(CHID0_CLIENTS)
 
 # An event file's DMB lifecycles as a trace-event timeline for Perfetto's UI or
 # chrome://tracing, and a picture of it (docs/observer.md, "Timeline"). TIMELINE_EVENTS:
