@@ -135,8 +135,6 @@ one_run() {
 }
 
 failed=0
-run_dirs=()
-lines=()
 for t in "${targets[@]}"; do
     KERNEL="${t%%:*}" VARIANT="${t#*:}"
     check_artefacts
@@ -150,22 +148,9 @@ for t in "${targets[@]}"; do
         topo_cleanup
         want=BUG
         [ "$VARIANT" = stock ] || want=FIXED
-        ok=1
-        [ "$VERDICT" != FIXED ] || ok=0
-        record_check "$BUG_POINT" "$ok" "known bug: $BUG_NAME" "$VERDICT: $DETAIL" \
-            "expected on this kernel: $([ "$want" = BUG ] && echo "the bug (it has no fix)" || echo "fixed")" || true
-        echo $((SECONDS - start)) >"$RUN_DIR/seconds"
-        run_dirs+=("$RUN_DIR")
-        verdict="$VERDICT"
-        [ "$VERDICT" = BUG ] && verdict="BUG ($BUG_NAME)"
-        line="bug-livelock $KERNEL:$VARIANT run $i/$BUG_RUNS: $verdict as expected=$([ "$VERDICT" = "$want" ] && echo yes || echo NO) in $((SECONDS - start)) s: $DETAIL"
-        lines+=("$line")
-        echo "$line"
-        [ "$VERDICT" = "$want" ] || failed=1
+        bug_run_done bug-livelock "$want" "$i/$BUG_RUNS" "$start" || failed=1
     done
 done
 
-python3 "$REPO_ROOT/scripts/results.py" write --name "${RESULTS_NAME:-bug-livelock}" \
-    --out "${RESULTS_DIR:-$BUILD_DIR/results}" "${run_dirs[@]}" || failed=1
-printf '%s\n' "${lines[@]}" >"$BUG_DIR/verdicts.txt"
+bug_report bug-livelock "$BUG_DIR" || failed=1
 exit "$failed"

@@ -188,3 +188,34 @@ pair_verdict() {
         "$smcd" "$conns" "${verdict:-no verdict}"
     return "$ok"
 }
+
+# ---- known-bug scenarios (scripts/bug-*.sh) ---------------------------------------------
+# bug_run_done SCRIPT WANT RUN START: after one run of a known-bug scenario (its one_run
+# set VERDICT to BUG, FIXED or OTHER, and DETAIL; BUG_POINT and BUG_NAME name the bug),
+# records the run's test point (not ok where the bug showed), prints its one line and
+# keeps it and RUN_DIR for bug_report. Returns 1 if the verdict is not WANT.
+BUG_RUN_DIRS=()
+BUG_VERDICTS=()
+bug_run_done() {
+    local script="$1" want="$2" run="$3" start="$4" status=1 verdict="$VERDICT" line
+    [ "$VERDICT" != FIXED ] || status=0
+    record_check "$BUG_POINT" "$status" "known bug: $BUG_NAME" "$VERDICT: $DETAIL" \
+        "expected on this kernel: $([ "$want" = BUG ] && echo "the bug (it has no fix)" || echo "fixed")" || true
+    echo $((SECONDS - start)) >"$RUN_DIR/seconds"
+    BUG_RUN_DIRS+=("$RUN_DIR")
+    [ "$VERDICT" = BUG ] && verdict="BUG ($BUG_NAME)"
+    line="$script $KERNEL:$VARIANT run $run: $verdict as expected=$([ "$VERDICT" = "$want" ] && echo yes || echo NO) in $((SECONDS - start)) s: $DETAIL"
+    BUG_VERDICTS+=("$line")
+    echo "$line"
+    [ "$VERDICT" = "$want" ]
+}
+
+# bug_report SCRIPT DIR: the runs' KTAP and JUnit reports (scripts/results.py, named
+# RESULTS_NAME or SCRIPT) and DIR/verdicts.txt. Returns 1 if the reports failed.
+bug_report() {
+    local script="$1" dir="$2" rc=0
+    python3 "$REPO_ROOT/scripts/results.py" write --name "${RESULTS_NAME:-$script}" \
+        --out "${RESULTS_DIR:-$BUILD_DIR/results}" "${BUG_RUN_DIRS[@]}" || rc=1
+    printf '%s\n' "${BUG_VERDICTS[@]}" >"$dir/verdicts.txt"
+    return "$rc"
+}
