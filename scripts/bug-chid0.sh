@@ -34,13 +34,7 @@ PEER_KERNEL=5.10 PEER_VARIANT=chid0-peer
 GUEST_TIMEOUT="${GUEST_TIMEOUT:-240}"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(5.10:stock 5.10:chid0-fix 6.1:stock)
-for t in "${targets[@]}"; do
-    [[ "$t" == *:* ]] || usage_error "'$t' is not KERNEL:VARIANT"
-    # shellcheck disable=SC2086 # the lists are words
-    one_of "kernel line" "${t%%:*}" $KERNEL_LINES
-    # shellcheck disable=SC2086
-    one_of variant "${t#*:}" $VARIANTS
-done
+bug_targets "${targets[@]}"
 need_packages guests
 mkdir -p "$BUG_DIR"
 

@@ -45,13 +45,7 @@ export GUEST_APPEND_EXTRA="ismtest.modsyms=1${GUEST_APPEND_EXTRA:+ $GUEST_APPEND
 GUEST_TIMEOUT="${GUEST_TIMEOUT:-300}"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(6.12:stock 6.12:rxabort-fix)
-for t in "${targets[@]}"; do
-    [[ "$t" == *:* ]] || usage_error "'$t' is not KERNEL:VARIANT"
-    # shellcheck disable=SC2086 # the lists are words
-    one_of "kernel line" "${t%%:*}" $KERNEL_LINES
-    # shellcheck disable=SC2086
-    one_of variant "${t#*:}" $VARIANTS
-done
+bug_targets "${targets[@]}"
 need_packages guests
 mkdir -p "$BUG_DIR"
 

@@ -190,6 +190,19 @@ pair_verdict() {
 }
 
 # ---- known-bug scenarios (scripts/bug-*.sh) ---------------------------------------------
+# bug_targets KERNEL:VARIANT...: a usage error unless each names a line and a variant the
+# project builds.
+bug_targets() {
+    local t
+    for t in "$@"; do
+        [[ "$t" == *:* ]] || usage_error "'$t' is not KERNEL:VARIANT"
+        # shellcheck disable=SC2086 # the lists are words
+        one_of "kernel line" "${t%%:*}" $KERNEL_LINES
+        # shellcheck disable=SC2086
+        one_of variant "${t#*:}" $VARIANTS
+    done
+}
+
 # bug_run_done SCRIPT WANT RUN START: after one run of a known-bug scenario (its one_run
 # set VERDICT to BUG, FIXED or OTHER, and DETAIL; BUG_POINT and BUG_NAME name the bug),
 # records the run's test point (not ok where the bug showed), prints its one line and
