@@ -17,8 +17,9 @@
 #                    of your own s390 build) instead of allnoconfig.
 #   KERNEL_UNPACK_ONLY=1
 #                    only fetch and unpack the line's source into the work folder
-#                    (below), build nothing: for tools that need the tree's scripts
-#                    (scripts/results-check.sh, the kernel's KTAP parser).
+#                    (below) and bring it to VARIANT's patches (stock: pristine, a
+#                    variant's patches reverted), build nothing: for tools that need
+#                    the tree (scripts/results-check.sh, scripts/ci-smcd-check.sh).
 #   KERNEL=custom with KERNEL_IMAGE=FILE MODULES_DIR=DIR
 #                    a kernel you built already: its image and the folder its
 #                    `make modules_install INSTALL_MOD_PATH=` filled (or its
@@ -133,10 +134,6 @@ fresh_tree() {
     : >"$WORK/applied"
 }
 [ -f "$SRC/Makefile" ] && [ -f "$WORK/applied" ] || fresh_tree
-if [ "$UNPACK_ONLY" = 1 ]; then
-    step "kernel $KERNEL: source unpacked in $SRC (KERNEL_UNPACK_ONLY: nothing built)"
-    exit 0
-fi
 
 # ---- bring the tree to the wanted variant ---------------------------------------------
 # $WORK/applied names the variant whose patches are in the tree (empty = pristine); the
@@ -170,6 +167,11 @@ if [ "$current" != "$want" ]; then
         done
         echo "$want" >"$WORK/applied"
     fi
+fi
+
+if [ "$UNPACK_ONLY" = 1 ]; then
+    step "kernel $KERNEL: source unpacked in $SRC, as $VARIANT (KERNEL_UNPACK_ONLY: nothing built)"
+    exit 0
 fi
 
 # ---- configure, build, collect (guest-tests/kernel-build.sh) -------------------------

@@ -20,7 +20,8 @@ tree="$work/tree"
 out="$work/out"
 marker="ci_smcd_check=ism-emu dirty tree"
 
-src="$(realpath "$(debian_kernel_tree "$line")")"
+src="$(debian_kernel_tree "$line")"
+src="$(realpath "$src")"
 step "ci-smcd-check: copying the $line tree to $tree (someone's tree)"
 rm -rf "$work"; mkdir -p "$work"
 cp -a "$src" "$tree"   # -a: the files keep their times, so the clean state is the same each run

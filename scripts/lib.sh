@@ -267,18 +267,21 @@ custom_obj_dir() {
     echo "$BUILD_DIR/kernel-src/$(printf '%s' "$1" | sha256sum | cut -c1-12)/obj"
 }
 
-# debian_kernel_tree LINE: prints the unpacked Debian source of kernel LINE in the cache
-# (the kernel step unpacks it, run here if needed); dies unless it is pristine (a
-# variant's patches applied). For the scripts that treat it as someone's tree: copy it.
+# debian_kernel_tree LINE: prints the unpacked Debian source of kernel LINE in the cache,
+# pristine. The variants share that tree (guest-tests/build-kernel.sh applies and reverts
+# their patches in place), so a variant built before may have left its patches in: the
+# kernel step, unpack-only, reverts them (or unpacks the tree if there is none). For the
+# scripts that treat it as someone's tree: copy it.
 debian_kernel_tree() {
     local line="$1" src
     find_tree() { find "$CACHE_DIR/kernel/work" -mindepth 2 -maxdepth 2 -type d -name src -path "*/work/$line.*" 2>/dev/null | head -n1; }
     src="$(find_tree)"
-    if [ ! -f "$src/Makefile" ]; then
-        make --no-print-directory -C "$REPO_ROOT" kernel KERNEL="$line" VARIANT=stock >&2
+    if [ ! -f "$src/Makefile" ] || [ -n "$(cat "$(dirname "$src")/applied" 2>/dev/null)" ]; then
+        env -u KERNEL_SRC -u KERNEL_IMAGE KERNEL="$line" VARIANT=stock KERNEL_UNPACK_ONLY=1 \
+            "$REPO_ROOT/guest-tests/build-kernel.sh" >&2 || die "could not unpack a pristine $line tree"
         src="$(find_tree)"
     fi
     [ -f "$src/Makefile" ] || die "no unpacked $line tree in $CACHE_DIR/kernel/work"
-    [ -z "$(cat "$(dirname "$src")/applied" 2>/dev/null)" ] || die "the $line tree in the cache carries a variant's patches"
+    [ -z "$(cat "$(dirname "$src")/applied" 2>/dev/null)" ] || die "the $line tree in the cache still carries a variant's patches"
     echo "$src"
 }
