@@ -228,8 +228,11 @@ def pcap_tcp_payloads(path):
 
 
 def clc_versions(run_dir):
-    """{connection (client ip:port): {"accept": v, "confirm": v, ...}} from the first
-    guest capture that has CLC messages (every guest sees the same handshakes)."""
+    """{connection (client ip:port>server ip:port): {"accept": v, "confirm": v, ...}} from
+    the first guest capture that has CLC messages (every guest sees the same handshakes).
+    The key is the whole 4-tuple: a client port alone is not a connection, as the kernel
+    may give two connections to different servers the same port (seen in a run: seq and
+    concurrent each had a connection from 10.0.0.2:39832)."""
     for pcap in sorted(run_dir.glob("*.net.pcap")):
         conns = {}
         for src, sport, dst, dport, payload in pcap_tcp_payloads(pcap):
@@ -239,8 +242,11 @@ def clc_versions(run_dir):
             if kind is None:
                 continue
             # The client is the side that sends the proposal and the confirm.
-            client = f"{src}:{sport}" if kind in ("proposal", "confirm") else f"{dst}:{dport}"
-            conns.setdefault(client, {})[kind] = payload[7] >> 4
+            if kind in ("proposal", "confirm"):
+                conn = f"{src}:{sport}>{dst}:{dport}"
+            else:
+                conn = f"{dst}:{dport}>{src}:{sport}"
+            conns.setdefault(conn, {})[kind] = payload[7] >> 4
         if conns:
             return conns
     return {}

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""check_e2e.py's dibs check (make unit): a guest's /sys/class/dibs against the host.
+"""check_e2e.py's dibs check and CLC count (make unit): a guest's /sys/class/dibs against
+the host; each connection's CLC handshake counted once from a capture.
 
 The inputs are what a run leaves: the guests' console lines (`ISMTEST: BOOTED`,
 `ISMTEST: DIBS`), <guest>.function and the emulator's snapshot. The check must pass on
@@ -119,6 +120,48 @@ class Points(unittest.TestCase):
         point, ktap, _ = self.run_check("7.3.4", GOOD_B)
         self.assertFalse(point["ok"])
         self.assertRegex(ktap, r"\n    not ok \d+ dibs_matches_host\n")
+
+
+def pcap(frames):
+    """A little-endian Ethernet pcap of IPv4/TCP frames given as (src, sport, dst, dport,
+    payload)."""
+    import struct
+    out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    for src, sport, dst, dport, payload in frames:
+        tcp = struct.pack(">HHIIBBHHH", sport, dport, 0, 0, 5 << 4, 0x18, 65535, 0, 0) + payload
+        ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0, 64, 6, 0,
+                         bytes(map(int, src.split("."))), bytes(map(int, dst.split("."))))
+        frame = b"\x02" * 12 + b"\x08\x00" + ip + tcp
+        out += struct.pack("<IIII", 0, 0, len(frame), len(frame)) + frame
+    return out
+
+
+def clc(kind, version=2):
+    """A CLC message's first bytes: SMCD eyecatcher, type, length, version nibble."""
+    return b"\xe2\xd4\xc3\xc4" + bytes([kind, 0, 48, version << 4]) + bytes(40)
+
+
+class ClcOnWire(unittest.TestCase):
+    """Each connection's handshake counted once, by its 4-tuple."""
+
+    def count(self, frames):
+        with tempfile.TemporaryDirectory() as d:
+            (pathlib.Path(d) / "a.net.pcap").write_bytes(pcap(frames))
+            return check_e2e.clc_versions(pathlib.Path(d))
+
+    def handshake(self, cport, sport):
+        c, s = "10.0.0.2", "10.0.0.1"
+        return [(c, cport, s, sport, clc(1)), (s, sport, c, cport, clc(2)), (c, cport, s, sport, clc(3))]
+
+    def test_one_client_port_to_two_servers_is_two_connections(self):
+        # As a run had it: seq (to 12347) and concurrent (to 12348) from the same port.
+        conns = self.count(self.handshake(39832, 12347) + self.handshake(39832, 12348))
+        self.assertEqual(len(conns), 2)
+        self.assertEqual(check_e2e.version_label(conns), "v2")
+
+    def test_a_handshake_is_one_connection(self):
+        conns = self.count(self.handshake(40000, 12345))
+        self.assertEqual(conns, {"10.0.0.2:40000>10.0.0.1:12345": {"proposal": 2, "accept": 2, "confirm": 2}})
 
 
 if __name__ == "__main__":
