@@ -24,7 +24,7 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults \
-	bug-livelock bug-chid0 lint clean \
+	bug-livelock bug-chid0 hops lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
@@ -149,6 +149,11 @@ vng-check: emulator qemu ## virtme-ng booting a kernel with the emulated ISM (ne
 
 bench: ## the device's throughput table (cargo bench)
 	cargo bench --bench throughput
+
+# A waited ISM store's time hop by hop: QEMU's trace and the emulator's hop log, lined up
+# (scripts/hops.sh, docs/performance.md "Where a waited move's time goes").
+hops: images emulator ## a waited store's round trip, hop by hop (QEMU trace + the device's hop log)
+	scripts/hops.sh
 
 # SMC-D against TCP between the same two guests, waited and posted moves (docs/performance.md).
 bench-guests: images emulator ## SMC-D against TCP between the same two guests

@@ -39,6 +39,9 @@ CONFIGURE_OPTS=(
     # (docs/ci.md, "virtme-ng"); attr links glibc's xattr functions, no new package.
     --enable-virtfs
     --enable-attr
+    # log: -trace to stderr, as stock; simple: the binary trace scripts/hops.sh reads
+    # (a record costs ~100 ns, where a log line with its time costs microseconds).
+    --enable-trace-backends=log,simple
     --disable-docs
     --disable-install-blobs
     --disable-werror

@@ -89,6 +89,9 @@ observe() { "$EMU_BIN" observe --control "$RUN_DIR/control.sock" "$@"; }
 # a link joins exactly one listening and one connecting guest, so more pairs need one
 # each), GUEST_MEM and GUEST_SMP (run-guest.sh's --mem and --smp), GUEST_APPEND_EXTRA
 # (more kernel parameters, e.g. ismtest.verbose=1).
+# GUEST_TRACE_EVENTS=FILE: QEMU traces the events FILE names into RUN_DIR/NAME.trace
+# (its simple backend; scripts/hops.sh). GUEST_GLOBAL=DRIVER.PROPERTY=VALUE: one
+# -global for each guest's QEMU (e.g. vfio-user-pci.x-recv-inline=off).
 guest_start() {
     local name="$1" sock="$2" ip="$3" net_server="$4"; shift 4
     local run size=()
@@ -107,6 +110,8 @@ guest_start() {
         --pidfile "$RUN_DIR/$name.qemu.pid" \
         -- -object "filter-dump,id=netdump0,netdev=net0,maxlen=512,file=$RUN_DIR/$name.net.pcap" \
         -monitor "unix:$RUN_DIR/$name.monitor,server=on,wait=off" \
+        ${GUEST_TRACE_EVENTS:+-trace "events=$GUEST_TRACE_EVENTS,file=$RUN_DIR/$name.trace"} \
+        ${GUEST_GLOBAL:+-global "$GUEST_GLOBAL"} \
         >"$RUN_DIR/$name.run.log" 2>&1 &
     local pid=$!
     _topo_pids+=("$pid")

@@ -30,6 +30,7 @@ use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use crate::backend::{Device, Refused};
 
+use super::hops::{now_ns, Hops};
 use super::wire::{self, command as cmd, Header, HEADER_LEN, REGION_ACCESS_LEN};
 
 /// The most data one region access may carry: a PCISTB block. Announced to the client as
@@ -100,6 +101,8 @@ pub struct Connection<'a> {
     body: Vec<u8>,
     /// The reply being built: one write per reply, no allocation once warm.
     reply: Vec<u8>,
+    /// The hop log, when `ISM_EMU_HOPS` asks for it (server::hops).
+    hops: Option<Hops>,
 }
 
 impl<'a> Connection<'a> {
@@ -109,6 +112,7 @@ impl<'a> Connection<'a> {
             description,
             body: Vec::with_capacity(MAX_BODY),
             reply: Vec::with_capacity(HEADER_LEN + MAX_BODY),
+            hops: Hops::from_env(),
         }
     }
 
@@ -116,7 +120,19 @@ impl<'a> Connection<'a> {
     /// (`Ok`) or the stream fails.
     pub fn serve(&mut self, device: &mut dyn Device) -> Result<(), ConnectionError> {
         while let Some((header, fd)) = self.read_header()? {
+            if let Some(h) = &mut self.hops {
+                h.current.header_ns = now_ns();
+                h.current.id = header.id.get();
+                h.current.command = header.command.get();
+            }
             self.handle(device, header, fd)?;
+            if let Some(h) = &mut self.hops {
+                // A no-reply message was served when the loop got it back.
+                if h.current.served_ns == 0 {
+                    h.current.served_ns = now_ns();
+                }
+                h.finish();
+            }
         }
         Ok(())
     }
@@ -156,6 +172,9 @@ impl<'a> Connection<'a> {
         self.body.clear();
         self.body.resize(body_len, 0);
         read_full(&mut self.stream, &mut self.body)?;
+        if let Some(h) = &mut self.hops {
+            h.current.body_ns = now_ns();
+        }
         if !header.is_command() {
             // This server sends no requests, so no reply can be due to it.
             log::debug!("unsolicited reply {} ignored", header.id.get());
@@ -372,9 +391,16 @@ impl<'a> Connection<'a> {
     }
 
     fn send_reply(&mut self) -> Result<(), ConnectionError> {
+        if let Some(h) = &mut self.hops {
+            h.current.served_ns = now_ns();
+        }
         self.stream
             .write_all(&self.reply)
-            .map_err(ConnectionError::Write)
+            .map_err(ConnectionError::Write)?;
+        if let Some(h) = &mut self.hops {
+            h.current.sent_ns = now_ns();
+        }
+        Ok(())
     }
 }
 
