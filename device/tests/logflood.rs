@@ -18,7 +18,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, ChildStderr, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -236,6 +236,8 @@ impl Unheard {
 /// stopped or the emulator stops answering.
 struct Flood {
     stop: Arc<AtomicBool>,
+    /// Rounds done so far.
+    done: Arc<AtomicU64>,
     thread: JoinHandle<(u64, io::Result<()>)>,
     started: Instant,
 }
@@ -249,6 +251,8 @@ impl Flood {
         let mut unheard = Unheard::new(emu, HOSTILE[2]);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
+        let done = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&done);
         let thread = std::thread::spawn(move || {
             let mut rounds = 0;
             while !flag.load(Ordering::Relaxed) {
@@ -260,13 +264,26 @@ impl Flood {
                     return (rounds, round);
                 }
                 rounds += 1;
+                counter.store(rounds, Ordering::Relaxed);
             }
             (rounds, Ok(()))
         });
         Self {
             stop,
+            done,
             thread,
             started: Instant::now(),
+        }
+    }
+
+    /// Waits until the flood has done `rounds` rounds (or `limit` has passed: a flood
+    /// that stopped early says why in `stop`).
+    fn wait_rounds(&self, rounds: u64, limit: Duration) {
+        while self.done.load(Ordering::Relaxed) < rounds
+            && self.started.elapsed() < limit
+            && !self.thread.is_finished()
+        {
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
@@ -365,6 +382,10 @@ fn a_stalled_stderr_costs_log_lines_and_the_log_says_how_many() {
     let stderr = stderr_of(&mut emu);
     let flood = Flood::start(&emu);
     std::thread::sleep(Duration::from_secs(2));
+    // Enough rounds to overflow the queue whatever the host's speed: 870 rounds (2 s on
+    // an idle 2-core host) wrote ~6,000 lines, 415 of them dropped; under a parallel
+    // build 2 s of flood may not fill the queue (seen), so the test waits for 2,500.
+    flood.wait_rounds(2_500, Duration::from_secs(60));
     flood.stop();
     // Read again: the log catches up and says what it dropped meanwhile.
     let log = read_again(stderr, |log| log.contains("log lines dropped"));
