@@ -73,6 +73,7 @@ demo: images emulator ## two guests talk SMC-D over the emulated ISM; one verdic
 unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	cargo test --locked
 	$(MAKE) -s -C guest-tests/progs check OUT=$(BUILD_DIR)/guest-progs
+	$(MAKE) -s -C guest-tests/preload check OUT=$(BUILD_DIR)/guest-preload
 	bash -c 'source scripts/lib.sh && need_packages guests timeline'
 	python3 scripts/test_experiment.py
 	python3 scripts/test_check_e2e.py
