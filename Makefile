@@ -151,8 +151,11 @@ vng-check: emulator qemu ## virtme-ng booting a kernel with the emulated ISM (ne
 bench: ## the device's throughput table (cargo bench)
 	cargo bench --bench throughput
 
-# SMC-D against TCP between the same two guests, waited and posted moves (docs/performance.md).
-bench-guests: images emulator ## SMC-D against TCP between the same two guests
+# SMC-D against TCP between the same two guests: sockperf and iperf3 through smc_run, then
+# smcbench; both guest shapes (BENCH_SHAPES), waited moves (docs/performance.md). The
+# guests boot the benchmark's image flavour (INITRAMFS_TOOLS=stock: the stock tools).
+bench-guests: images emulator ## SMC-D against TCP between the same two guests (sockperf, iperf3, smcbench)
+	$(MAKE) --no-print-directory initramfs INITRAMFS_TOOLS=stock
 	scripts/bench-guests.sh
 
 # The seed commit's experiment (net/smc 1c5526968e27) on the emulated device: buffer and
