@@ -307,8 +307,10 @@ def shape_name(r):
 def report(out, run_dirs):
     runs = []
     for d in run_dirs:
-        meta = json.load(open(os.path.join(d, "meta.json")))
-        phases = {p["phase"]: p for p in json.load(open(os.path.join(d, "phases.json")))}
+        with open(os.path.join(d, "meta.json")) as f:
+            meta = json.load(f)
+        with open(os.path.join(d, "phases.json")) as f:
+            phases = {p["phase"]: p for p in json.load(f)}
         guest = console_results(os.path.join(d, "b.console.log"))
         param = guest.pop("_param", {})
         # Repeats (stream-smc.1, .2, ...) become one row: the median throughput, the
