@@ -154,9 +154,9 @@ bench: ## the device's throughput table (cargo bench)
 
 # SMC-D against TCP between the same two guests: sockperf and iperf3 through smc_run, then
 # smcbench; both guest shapes (BENCH_SHAPES), waited moves (docs/performance.md). The
-# guests boot the benchmark's image flavour (INITRAMFS_TOOLS=stock: the stock tools).
+# guests boot the benchmark's image flavour (INITRAMFS_TOOLS=stock: the stock tools), which
+# the script builds.
 bench-guests: images emulator ## SMC-D against TCP between the same two guests (sockperf, iperf3, smcbench)
-	$(MAKE) --no-print-directory initramfs INITRAMFS_TOOLS=stock
 	scripts/bench-guests.sh
 
 # The seed commit's experiment (net/smc 1c5526968e27) on the emulated device: buffer and

@@ -52,7 +52,12 @@ for v in BENCH_REPEAT BENCH_STOCK_REPEAT BENCH_SECS BENCH_ROUNDS; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || usage_error "$v=${!v} is not a positive number"
 done
 # The benchmark's image flavour: the stock tools and smc_run (guest-tests/build-initramfs.sh).
+# Built here (a no-op when up to date) for callers that built only the test images, such as
+# make experiment; without the kernel check_artefacts says what to build.
 export INITRAMFS_TOOLS=stock
+if [ -f "$(guest_kernel)" ]; then
+    "$REPO_ROOT/guest-tests/build-initramfs.sh" || die "could not build the stock-tools image ($(guest_initrd))"
+fi
 check_artefacts
 mkdir -p "$BENCH_DIR"
 krel="$(cat "$(kernel_dir)/kernel.release" 2>/dev/null || echo "$KERNEL")"
