@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# The preload's host check (make check): the host build of libsmc-preload.so under
-# python3, through smc_run. Which socket() calls it takes over (SMC_DEBUG lines), that a
-# socket it cannot make as SMC (this host has no smc module, or it has one) still opens,
-# and smc_run's options and exit statuses. Needs SMC_PRELOAD_LIB (the host build).
+# The preload's host check (make -C guest-tests/preload check, part of make unit): the
+# host build of libsmc-preload.so under python3, through smc_run: which socket() calls
+# it takes over (SMC_DEBUG lines), that a socket it cannot make as SMC (this host has no
+# smc module) still opens, and smc_run's options and exit statuses. Needs
+# SMC_PRELOAD_LIB (the host build); -h/--help prints this.
 set -uo pipefail   # no -e: a failed check is counted, not fatal
+for a in "$@"; do
+    case "$a" in
+        -h|--help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
+        *) echo "error: unknown argument $a (usage: $0 --help)" >&2; exit 2 ;;
+    esac
+done
 cd "$(dirname "$0")" || exit 2
 fails=0
 check() {   # check WHAT COND-STATUS
