@@ -73,9 +73,11 @@ demo: images emulator ## two guests talk SMC-D over the emulated ISM; one verdic
 unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	cargo test --locked
 	$(MAKE) -s -C guest-tests/progs check OUT=$(BUILD_DIR)/guest-progs
+	$(MAKE) -s -C guest-tests/preload check OUT=$(BUILD_DIR)/guest-preload
 	bash -c 'source scripts/lib.sh && need_packages guests timeline'
 	python3 scripts/test_experiment.py
 	python3 scripts/test_check_e2e.py
+	python3 scripts/test_bench_guests.py
 	/usr/bin/python3 scripts/test_timeline.py
 
 lint: deps ## cargo fmt --check and clippy
@@ -151,12 +153,15 @@ bench: ## the device's throughput table (cargo bench)
 	cargo bench --bench throughput
 
 # A waited ISM store's time hop by hop: QEMU's trace and the emulator's hop log, lined up
-# (scripts/hops.sh, docs/performance.md "Where a waited move's time goes").
+# (scripts/hops.sh, docs/performance.md "A waited store, hop by hop").
 hops: images emulator ## a waited store's round trip, hop by hop (QEMU trace + the device's hop log)
 	scripts/hops.sh
 
-# SMC-D against TCP between the same two guests, waited and posted moves (docs/performance.md).
-bench-guests: images emulator ## SMC-D against TCP between the same two guests
+# SMC-D against TCP between the same two guests: sockperf and iperf3 through smc_run, then
+# smcbench; both guest shapes (BENCH_SHAPES), waited moves (docs/performance.md). The
+# guests boot the benchmark's image flavour (INITRAMFS_TOOLS=stock: the stock tools), which
+# the script builds.
+bench-guests: images emulator ## SMC-D against TCP between the same two guests (sockperf, iperf3, smcbench)
 	scripts/bench-guests.sh
 
 # The seed commit's experiment (net/smc 1c5526968e27) on the emulated device: buffer and

@@ -48,4 +48,6 @@ kernel_suffix() {
 }
 kernel_dir() { echo "$BUILD_DIR/kernel-$(kernel_suffix "$@")"; }
 guest_kernel() { echo "$(kernel_dir "$@")/bzImage"; }
-guest_initrd() { echo "$BUILD_DIR/initramfs-$(kernel_suffix "$@").cpio.gz"; }
+# The benchmark's flavour (INITRAMFS_TOOLS=stock: sockperf, iperf3, smc_run) is its own
+# file, initramfs-6.12-tools-stock.cpio.gz, so the test images stay lean.
+guest_initrd() { echo "$BUILD_DIR/initramfs-$(kernel_suffix "$@")${INITRAMFS_TOOLS:+-tools-$INITRAMFS_TOOLS}.cpio.gz"; }
