@@ -210,7 +210,7 @@ def bench_summary(path):
     if not path or not os.path.exists(path):
         return None
     b = json.load(open(path))
-    run = next((r for r in b["runs"] if r["mode"] == "posted"), b["runs"][-1])
+    run = next((r for r in b["runs"] if r["mode"] == "waited"), b["runs"][-1])
     p = run["phases"]
 
     def get(phase, key):
@@ -305,7 +305,7 @@ def bench_table(b):
     if not b:
         return "(SMC-D vs TCP: not run, EXP_BENCH=0)"
     s = b["stream_mb_per_s"]
-    lines = [f"SMC-D vs TCP, same two guests, posted moves (TCG: the ratio is the result):",
+    lines = [f"SMC-D vs TCP, same two guests, {b.get('mode', 'waited')} moves (TCG: the ratio is the result):",
              f"  stream {b['bytes']}, checked, median of {b['repeat']}: SMC-D {f(s['smcd'], '.1f')} MB/s, "
              f"TCP {f(s['tcp'], '.1f')} MB/s, ratio {f(s['ratio'], '.2f')}x"]
     for t, label in (("echo1", "1 B"), ("echo1k", "1 KiB")):
