@@ -77,6 +77,7 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	bash -c 'source scripts/lib.sh && need_packages guests timeline'
 	python3 scripts/test_experiment.py
 	python3 scripts/test_check_e2e.py
+	python3 scripts/test_hops.py
 	python3 scripts/test_bench_guests.py
 	/usr/bin/python3 scripts/test_timeline.py
 

@@ -30,6 +30,7 @@ the receiving QEMU's eventfd handler (vfio_msi_interrupt).
     hops.py report RUN_DIR
 """
 
+import bisect
 import csv
 import glob
 import os
@@ -97,10 +98,12 @@ def read_trace(path):
             break          # the last record, cut off by QEMU's exit
         body = data[off + 24:off + length]
         off += length
-        eid &= ~VALID
+        # QEMU clears the valid bit before it writes a record out; the dropped-events
+        # record is all ones but the last bit, so compare before masking.
         if eid == DROPPED_EVENT_ID:
             dropped += struct.unpack_from("<Q", body, 0)[0]
             continue
+        eid &= ~VALID
         name = names.get(eid)
         kinds = EVENTS.get(name)
         if kinds is None:
@@ -161,7 +164,6 @@ def device_rows(run_dir):
 def join(guest_stores, conns):
     """Adds the device's times to each store: the row of the same message id whose
     header came closest after the send (the connection is the one most stores match)."""
-    import bisect
     best, best_hits = None, -1
     for path, rows in conns.items():
         index = {}
@@ -231,7 +233,6 @@ def report(run_dir):
     for g in guests:
         others = [e for h in guests if h != g for e in per_guest[h][0] if e[0] == "vfio_msi_interrupt"]
         times = sorted(ns for _, ns, _ in others)
-        import bisect
         for s in per_guest[g][1]:
             if s["kind"] == "signalling move" and "served_ns" in s:
                 i = bisect.bisect_left(times, s["served_ns"] - 200_000)
