@@ -31,6 +31,12 @@ import sys
 import time
 
 
+
+def over(a, b, key):
+    """a[key] / b[key] for two result rows (SMC-D over TCP); None if either is missing."""
+    x, y = (a or {}).get(key), (b or {}).get(key)
+    return x / y if x and y else None
+
 def snapshot(emu, control):
     for _ in range(5):
         try:
@@ -372,8 +378,7 @@ def report(out, run_dirs):
         st = r["stock"]
 
         def sratio(tool, t, key):
-            x, y = st.get(f"{tool}-{t}", {}).get(key), st.get(f"{tool}-tcp", {}).get(key)
-            return x / y if x and y else None
+            return over(st.get(f"{tool}-{t}"), st.get(f"{tool}-tcp"), key)
         r["stock_ratios"] = {}
         for t in SMC_TRANSPORTS:
             if not any(k.endswith("-" + t) for k in st):
@@ -411,8 +416,7 @@ def report(out, run_dirs):
         p = r["phases"]
 
         def ratio(a, b, key):
-            x, y = p.get(a, {}).get(key), p.get(b, {}).get(key)
-            return x / y if x and y else None
+            return over(p.get(a), p.get(b), key)
         r["ratios"] = {
             "stream_smc_over_tcp": ratio("stream-smc", "stream-tcp", "mb_per_s"),
             "echo1_p50_smc_over_tcp": ratio("echo1-smc", "echo1-tcp", "p50_us"),
