@@ -24,6 +24,9 @@
 #   BENCH_REPEAT   smcbench's stream repeats (5; the table shows their median and range)
 #   BENCH_STOCK_REPEAT  sockperf tp and iperf3 repeats (BENCH_REPEAT, at most 3)
 #   BENCH_SECS     sockperf's and iperf3's run time in seconds (5; 1 when BENCH_REPEAT=1)
+#   PINS           host CPUs of guest a and b ("0 1" on 2+ CPUs: each guest's QEMU and
+#                  the emulator's thread serving its function share one CPU; "none":
+#                  the scheduler places them; scripts/topology.sh, pins_for_two)
 #   BENCH_DIR (build/bench-guests), GUEST_MEM, KERNEL, VARIANT.
 # Prints a table (the stock tools first, then smcbench) and writes BENCH_DIR/results.json.
 # Exit status 0 if every SMC-D run passed and the device moved its bytes (a failed TCP
@@ -59,6 +62,7 @@ if [ -f "$(guest_kernel)" ]; then
     "$REPO_ROOT/guest-tests/build-initramfs.sh" || die "could not build the stock-tools image ($(guest_initrd))"
 fi
 check_artefacts
+pins_for_two
 mkdir -p "$BENCH_DIR"
 krel="$(cat "$(kernel_dir)/kernel.release" 2>/dev/null || echo "$KERNEL")"
 
@@ -69,12 +73,13 @@ for mode in "${modes[@]}"; do
     post=on; [ "$mode" = posted ] || post=off
     step "bench $mode (x-ism-post=$post), $smp vCPU(s) per guest, kernel $krel: sockperf tp ${BENCH_STOCK_REPEAT} x ${BENCH_SECS} s, pp ${BENCH_SECS} s, iperf3 ${BENCH_STOCK_REPEAT} x ${BENCH_SECS} s (SMC-D via smc_run, TCP); smcbench ${BENCH_REPEAT} x ${BENCH_BYTES} stream, ${BENCH_ROUNDS} x 1 B and 1 KiB echo"
     topo_init "$BENCH_DIR/$mode-smp$smp"
-    printf '{"mode": "%s", "ism_post": "%s", "bytes": "%s", "rounds": %s, "repeat": %s, "smp": %s, "secs": %s, "stock_repeat": %s, "kernel": "%s"}\n' \
-        "$mode" "$post" "$BENCH_BYTES" "$BENCH_ROUNDS" "$BENCH_REPEAT" "$smp" "$BENCH_SECS" "$BENCH_STOCK_REPEAT" "$krel" >"$RUN_DIR/meta.json"
+    printf '{"mode": "%s", "ism_post": "%s", "bytes": "%s", "rounds": %s, "repeat": %s, "smp": %s, "secs": %s, "stock_repeat": %s, "kernel": "%s", "pins": "%s"}\n' \
+        "$mode" "$post" "$BENCH_BYTES" "$BENCH_ROUNDS" "$BENCH_REPEAT" "$smp" "$BENCH_SECS" "$BENCH_STOCK_REPEAT" "$krel" "${PIN_A:+$PIN_A $PIN_B}" >"$RUN_DIR/meta.json"
     RUST_LOG=warn emu_start 2
+    if [ -n "$PIN_A" ]; then pin_function ism0 "$PIN_A"; pin_function ism1 "$PIN_B"; fi
     stock=("$BENCH_SECS" "$BENCH_STOCK_REPEAT" -- "$BENCH_BYTES" "$BENCH_ROUNDS" "$BENCH_REPEAT")
-    GUEST_SMP=$smp X_ISM_POST=$post guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on stockbench server 10.0.0.1 "${stock[@]}"
-    GUEST_SMP=$smp X_ISM_POST=$post guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off stockbench client 10.0.0.1 "${stock[@]}"
+    GUEST_CPUS=$PIN_A GUEST_SMP=$smp X_ISM_POST=$post guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on stockbench server 10.0.0.1 "${stock[@]}"
+    GUEST_CPUS=$PIN_B GUEST_SMP=$smp X_ISM_POST=$post guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off stockbench client 10.0.0.1 "${stock[@]}"
     python3 "$REPO_ROOT/scripts/bench_guests.py" watch "$EMU_BIN" "$RUN_DIR/control.sock" \
         "$RUN_DIR/b.console.log" "$RUN_DIR/phases.json" &
     watcher=$!

@@ -307,7 +307,9 @@ def stock_row(tool, names, guest, phases, param):
 
 
 def shape_name(r):
-    return f"{r.get('smp', '?')} vCPU"
+    """The guest shape and where it ran: "pinned" when each guest's QEMU and the thread
+    serving its function shared a host CPU of their own (PINS)."""
+    return f"{r.get('smp', '?')} vCPU" + (" pinned" if r.get("pins") else "")
 
 
 def report(out, run_dirs):
@@ -358,7 +360,7 @@ def report(out, run_dirs):
     print()
     print("Stock tools, unmodified (sockperf tp/pp, iperf3): SMC-D through smc_run (smc: AF_SMC;"
           " ipproto: smc_run -p, IPPROTO_SMC) vs TCP, the same two TCG guests")
-    print(f"{'shape':<6} {'mode':<7} {'kernel':<9} {'test':<12} {'via':<8} {'MB/s':>7} {'(range)':>11}"
+    print(f"{'shape':<13} {'mode':<7} {'kernel':<9} {'test':<12} {'via':<8} {'MB/s':>7} {'(range)':>11}"
           f" {'p50 us':>8} {'p99 us':>8} {'avg us':>8} {'moves':>7} {'ISM MB':>8} {'ISM/stream':>10}")
     for r in runs:
         order = sorted(r["stock"], key=lambda b: (["sockperf-tp", "sockperf-pp", "iperf3"].index(r["stock"][b]["tool"]),
@@ -367,13 +369,13 @@ def report(out, run_dirs):
             row = r["stock"][base]
             dev = row.get("device", {})
             share = row.get("ism_share_min")
-            print(f"{shape_name(r):<6} {r['mode']:<7} {r.get('kernel', '?'):<9} {row['tool']:<12} {row['transport']:<8}"
+            print(f"{shape_name(r):<13} {r['mode']:<7} {r.get('kernel', '?'):<9} {row['tool']:<12} {row['transport']:<8}"
                   f" {fmt(row.get('mb_per_s'), '7.2f')} {span(row.get('mb_per_s_all')):>11}"
                   f" {fmt(row.get('p50_us'), '8.1f')} {fmt(row.get('p99_us'), '8.1f')} {fmt(row.get('avg_us'), '8.1f')}"
                   f" {fmt(dev.get('moves'), '7d')} {fmt(dev.get('bytes') and dev['bytes'] / 1e6, '8.1f')}"
                   f" {fmt(share, '10.2f')}")
     print()
-    print(f"{'shape':<6} {'mode':<7} {'via':<8} {'sockperf tp':>12} {'iperf3':>8} {'sockperf pp p50':>16}   (SMC-D / TCP)")
+    print(f"{'shape':<13} {'mode':<7} {'via':<8} {'sockperf tp':>12} {'iperf3':>8} {'sockperf pp p50':>16}   (SMC-D / TCP)")
     for r in runs:
         st = r["stock"]
 
@@ -386,7 +388,7 @@ def report(out, run_dirs):
             q = {"sockperf_tp": sratio("sockperf-tp", t, "mb_per_s"), "iperf3": sratio("iperf3", t, "mb_per_s"),
                  "sockperf_pp_p50": sratio("sockperf-pp", t, "p50_us")}
             r["stock_ratios"][t] = q
-            print(f"{shape_name(r):<6} {r['mode']:<7} {t:<8} {rx(q['sockperf_tp'], 12)} {rx(q['iperf3'], 8)}"
+            print(f"{shape_name(r):<13} {r['mode']:<7} {t:<8} {rx(q['sockperf_tp'], 12)} {rx(q['iperf3'], 8)}"
                   f" {rx(q['sockperf_pp_p50'], 16)}")
     print()
     print("MB/s: 1e6 bytes/s one way, the median of the repeats (range: all of them); sockperf tp: the"
@@ -394,24 +396,30 @@ def report(out, run_dirs):
           " p50/p99/avg: sockperf pp's latency as sockperf reports it, half the round trip (14-byte"
           " messages). ISM MB: bytes the emulated ISM device moved in the phases; ISM/stream: the least"
           f" share of a phase's payload it moved (an SMC-D phase needs >= {MIN_SHARE}; TCP: 0).")
+    for r in runs:
+        if r.get("pins"):
+            a, b = r["pins"].split()
+            print(f"{shape_name(r)}: guest a's QEMU and the emulator's ism0 thread on host CPU(s) {a},"
+                  f" guest b's and ism1's on {b} (PINS; both transports alike).")
+            break
 
     print()
     print("smcbench (smctest): SMC-D (AF_SMC over the emulated ISM) vs TCP (virtio-net), the same two TCG guests")
-    print(f"{'shape':<6} {'mode':<8} {'phase':<11} {'MB/s':>7} {'(range)':>13} {'p50 us':>8} {'p99 us':>8}"
+    print(f"{'shape':<13} {'mode':<8} {'phase':<11} {'MB/s':>7} {'(range)':>13} {'p50 us':>8} {'p99 us':>8}"
           f" {'moves':>7} {'svc p50':>8} {'svc p99':>8} {'busy':>6} {'us/move':>8}")
     for r in runs:
         for name, row in r["phases"].items():
             dev = row.get("device", {}) if name.endswith("-smc") else {}
             rates = row.get("mb_per_s_all")
             sp = f"{min(rates):.1f}-{max(rates):.1f}" if rates and len(rates) > 1 else "-"
-            print(f"{shape_name(r):<6} {r['mode']:<8} {name:<11} {fmt(row.get('mb_per_s'), '7.2f')} {sp:>13}"
+            print(f"{shape_name(r):<13} {r['mode']:<8} {name:<11} {fmt(row.get('mb_per_s'), '7.2f')} {sp:>13}"
                   f" {fmt(row.get('p50_us'), '8.1f')} {fmt(row.get('p99_us'), '8.1f')}"
                   f" {fmt(dev.get('moves'), '7d')} {fmt(dev.get('service_p50_us'), '8.2f')}"
                   f" {fmt(dev.get('service_p99_us'), '8.2f')}"
                   f" {fmt(dev.get('busy_share') and dev['busy_share'] * 100, '5.1f')}%"
                   f" {fmt(dev.get('wall_us_per_move'), '8.1f')}")
     print()
-    print(f"{'shape':<6} {'mode':<8} {'stream SMC-D/TCP':>17} {'echo1 p50 SMC-D/TCP':>20} {'echo1k p50 SMC-D/TCP':>21}")
+    print(f"{'shape':<13} {'mode':<8} {'stream SMC-D/TCP':>17} {'echo1 p50 SMC-D/TCP':>20} {'echo1k p50 SMC-D/TCP':>21}")
     for r in runs:
         p = r["phases"]
 
@@ -423,7 +431,7 @@ def report(out, run_dirs):
             "echo1k_p50_smc_over_tcp": ratio("echo1k-smc", "echo1k-tcp", "p50_us"),
         }
         q = r["ratios"]
-        print(f"{shape_name(r):<6} {r['mode']:<8} {rx(q['stream_smc_over_tcp'], 17)}"
+        print(f"{shape_name(r):<13} {r['mode']:<8} {rx(q['stream_smc_over_tcp'], 17)}"
               f" {rx(q['echo1_p50_smc_over_tcp'], 20)} {rx(q['echo1k_p50_smc_over_tcp'], 21)}")
     print()
     print("MB/s: the median of the stream repeats (range: all of them), one way, every byte"

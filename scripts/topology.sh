@@ -102,7 +102,7 @@ guest_start() {
     # check_e2e.py compares the guest's view of it (/sys/class/dibs) with the host's.
     basename "$sock" .sock >"$RUN_DIR/$name.function"
     local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}"
-    "$REPO_ROOT/qemu-configs/run-guest.sh" --name "$name" \
+    ${GUEST_CPUS:+taskset -c "$GUEST_CPUS"} "$REPO_ROOT/qemu-configs/run-guest.sh" --name "$name" \
         --kernel "$(guest_kernel)" --initrd "$(guest_initrd)" --append "$append" \
         --ism "$sock" --chid "$CHID" \
         --net-socket "${GUEST_NET:-$RUN_DIR/net.sock}" --net-server "$net_server" "${size[@]}" \
@@ -116,6 +116,38 @@ guest_start() {
     local pid=$!
     _topo_pids+=("$pid")
     printf -v "GUEST_PID_$name" '%s' "$pid"
+}
+
+# pins_for_two: the host CPUs for guests a and b in PINS ("CPUS_A CPUS_B", taskset lists;
+# "none": leave placement to the scheduler). Default with 2 or more CPUs: the first two,
+# each guest's QEMU (every thread) and the emulator's thread serving its function on one
+# CPU of its own, so that a waited store's hand-overs (vCPU -> device -> QEMU's vfio-user
+# thread -> vCPU) stay on one CPU instead of waking an idle one at every hop. Sets
+# PIN_A and PIN_B (empty: no pinning).
+pins_for_two() {
+    local spec="${PINS:-}" cpus
+    if [ -z "$spec" ]; then
+        # The first two CPUs this process may run on (a cpuset may not start at 0).
+        cpus="$(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])')"
+        if [ "$(wc -w <<<"$cpus")" = 2 ]; then spec="$cpus"; else spec=none; fi
+    fi
+    PIN_A=""; PIN_B=""
+    [ "$spec" = none ] && return 0
+    read -r PIN_A PIN_B <<<"$spec"
+    [ -n "$PIN_B" ] || die "PINS='$spec': give two CPU lists (guest a's, guest b's) or none"
+}
+
+# pin_function FUNCTION CPUS: the emulator's thread that serves FUNCTION (it carries the
+# function's name) on those host CPUs (taskset's list), e.g. beside the guest that drives it.
+pin_function() {
+    local task
+    for task in /proc/"$EMU_PID"/task/*; do
+        [ "$(cat "$task/comm" 2>/dev/null)" = "$1" ] || continue
+        taskset -p -c "$2" "${task##*/}" >/dev/null || return 1
+        return 0
+    done
+    echo "pin_function: no emulator thread named $1" >&2
+    return 1
 }
 
 # guest_kill NAME: SIGKILL to that guest's QEMU (by the pid QEMU wrote), as a crash.

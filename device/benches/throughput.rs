@@ -19,26 +19,66 @@ use vmm_sys_util::tempdir::TempDir;
 
 const IOVA: u64 = 0x1_0000_0000;
 const CHID: u16 = 0x1234;
-const RUN_FOR: Duration = Duration::from_millis(1500);
+/// Each measurement alternates the device and the raw transport this many times, for
+/// SLICE each, so that a busy or noisy host (a VM's wake-ups, other work) weighs on both
+/// alike; the table gives medians over the rounds.
+const ROUNDS: usize = 9;
+const SLICE: Duration = Duration::from_millis(250);
 
-/// Runs `op` repeatedly for about RUN_FOR and returns operations per second.
-fn rate(mut op: impl FnMut()) -> f64 {
-    for _ in 0..200 {
-        op();
-    }
+/// Runs `op` repeatedly for about SLICE and returns operations per second.
+fn rate(op: &mut dyn FnMut()) -> f64 {
     let start = Instant::now();
     let mut n = 0u64;
-    while start.elapsed() < RUN_FOR {
-        for _ in 0..100 {
+    while start.elapsed() < SLICE {
+        for _ in 0..50 {
             op();
         }
-        n += 100;
+        n += 50;
     }
     n as f64 / start.elapsed().as_secs_f64()
 }
 
-/// The raw transport: a peer thread that reads `req` bytes and answers `reply` bytes.
-fn baseline(exchanges: &[(usize, usize)]) -> f64 {
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The device's and the raw transport's rates (op/s, medians over the rounds) and the
+/// ratio raw/device (median and range of the rounds' ratios).
+struct Compared {
+    device: f64,
+    raw: f64,
+    ratio: f64,
+    ratio_lo: f64,
+    ratio_hi: f64,
+}
+
+fn compare(device: &mut dyn FnMut(), raw: &mut dyn FnMut()) -> Compared {
+    for _ in 0..200 {
+        device();
+        raw();
+    }
+    let (mut dev, mut base, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let d = rate(device);
+        let r = rate(raw);
+        dev.push(d);
+        base.push(r);
+        ratios.push(r / d);
+    }
+    let ratio = median(&mut ratios);
+    Compared {
+        device: median(&mut dev),
+        raw: median(&mut base),
+        ratio,
+        ratio_lo: ratios[0],
+        ratio_hi: ratios[ratios.len() - 1],
+    }
+}
+
+/// The raw transport: a peer thread that reads `req` bytes and answers `reply` bytes, in
+/// the given pattern; the returned closure runs one pattern from the client's side.
+fn baseline(exchanges: &[(usize, usize)]) -> impl FnMut() {
     let (mut client, mut peer) = UnixStream::pair().unwrap();
     let pattern: Vec<(usize, usize)> = exchanges.to_vec();
     std::thread::spawn(move || {
@@ -54,16 +94,15 @@ fn baseline(exchanges: &[(usize, usize)]) -> f64 {
             }
         }
     });
+    let exchanges = exchanges.to_vec();
     let buf = vec![0x5au8; 8192];
     let mut back = vec![0u8; 8192];
-    let r = rate(|| {
-        for &(req, reply) in exchanges {
+    move || {
+        for &(req, reply) in &exchanges {
             client.write_all(&buf[..req]).unwrap();
             client.read_exact(&mut back[..reply]).unwrap();
         }
-    });
-    drop(client);
-    r
+    }
 }
 
 /// One command that must succeed.
@@ -103,16 +142,36 @@ fn main() {
     let token = reply.get::<RegDmbResponse>().unwrap().dmb_tok.get();
 
     println!("ism-emu throughput through the vfio-user socket (one sender, one owner, 1 MiB DMB)");
+    println!(
+        "{ROUNDS} alternating rounds of {} ms each, device then AF_UNIX; medians (ratio: median and range of the rounds)",
+        SLICE.as_millis()
+    );
     println!();
     println!(
-        "{:<22} {:>12} {:>10} {:>14} {:>10} {:>8}",
-        "operation", "device op/s", "MB/s", "AF_UNIX op/s", "MB/s", "ratio"
+        "{:<22} {:>12} {:>10} {:>14} {:>10} {:>8} {:>13}",
+        "operation", "device op/s", "MB/s", "AF_UNIX op/s", "MB/s", "ratio", "(range)"
     );
+    let row = |name: String, c: &Compared, size: Option<usize>| {
+        let mb = |r: f64| match size {
+            Some(size) => format!("{:.1}", r * size as f64 / 1e6),
+            None => "-".into(),
+        };
+        println!(
+            "{:<22} {:>12.0} {:>10} {:>14.0} {:>10} {:>7.2}x {:>13}",
+            name,
+            c.device,
+            mb(c.device),
+            c.raw,
+            mb(c.raw),
+            c.ratio,
+            format!("{:.2}-{:.2}", c.ratio_lo, c.ratio_hi)
+        );
+    };
     // A region write is a 16-byte header + 16-byte access header + data; the reply is 32.
     for size in [64usize, 1024, 4096] {
         let data = vec![0xa5u8; size];
         let mut offset = 0u32;
-        let dev = rate(|| {
+        let mut device = || {
             let addr = MoveAddress {
                 token,
                 dmbe: 0,
@@ -124,33 +183,18 @@ fn main() {
                 .unwrap()
                 .unwrap();
             offset = (offset + size as u32) % (1 << 20);
-        });
-        let raw = baseline(&[(32 + size, 32)]);
-        let mb = |r: f64| r * size as f64 / 1e6;
-        println!(
-            "{:<22} {:>12.0} {:>10.1} {:>14.0} {:>10.1} {:>7.2}x",
-            format!("move {size} B (sf=1)"),
-            dev,
-            mb(dev),
-            raw,
-            mb(raw),
-            raw / dev
-        );
+        };
+        let mut raw = baseline(&[(32 + size, 32)]);
+        let c = compare(&mut device, &mut raw);
+        row(format!("move {size} B (sf=1)"), &c, Some(size));
     }
     // READ_GID as the driver does it: header store, response header load, one 8-byte load.
-    let dev = rate(|| {
+    let mut device = || {
         command(&mut sender, &ReadGidRequest::new());
-    });
-    let raw = baseline(&[(40, 32), (32, 40), (32, 40)]);
-    println!(
-        "{:<22} {:>12.0} {:>10} {:>14.0} {:>10} {:>7.2}x",
-        "command READ_GID",
-        dev,
-        "-",
-        raw,
-        "-",
-        raw / dev
-    );
+    };
+    let mut raw = baseline(&[(40, 32), (32, 40), (32, 40)]);
+    let c = compare(&mut device, &mut raw);
+    row("command READ_GID".into(), &c, None);
     println!();
     println!(
         "ratio = AF_UNIX rate / device rate (1.00x: the device adds nothing to the transport)"

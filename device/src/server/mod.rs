@@ -2,6 +2,7 @@
 //! loop in `vfio_user`), the zeroing watcher's thread, and a main event loop
 //! (event-manager) for the control socket and shutdown.
 
+pub mod framing;
 pub mod hops;
 pub mod vfio_user;
 pub mod wire;

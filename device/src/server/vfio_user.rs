@@ -18,18 +18,18 @@
 //!   descriptors the kernel had to truncate end the connection.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
 
 use nix::errno::Errno;
 use vfio_bindings::bindings::vfio::{VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET};
 use vfio_user::{DmaMapFlags, DmaUnmapFlags};
-use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 use zerocopy::little_endian::U32;
-use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::backend::{Device, Refused};
 
+use super::framing::Framer;
 use super::hops::{now_ns, Hops};
 use super::wire::{self, command as cmd, Header, HEADER_LEN, REGION_ACCESS_LEN};
 
@@ -97,6 +97,8 @@ type Answer = Result<(), Refused>;
 pub struct Connection<'a> {
     stream: UnixStream,
     description: &'a Description,
+    /// Reads messages off the stream (server::framing).
+    framer: Framer,
     /// The body of the message being handled (never more than `MAX_BODY` bytes).
     body: Vec<u8>,
     /// The reply being built: one write per reply, no allocation once warm.
@@ -110,6 +112,7 @@ impl<'a> Connection<'a> {
         Self {
             stream,
             description,
+            framer: Framer::new(MAX_BODY),
             body: Vec::with_capacity(MAX_BODY),
             reply: Vec::with_capacity(HEADER_LEN + MAX_BODY),
             hops: Hops::from_env(),
@@ -139,19 +142,7 @@ impl<'a> Connection<'a> {
 
     /// The next header and the file descriptor that came with it; None at a clean end.
     fn read_header(&mut self) -> Result<Option<(Header, Option<File>)>, ConnectionError> {
-        let mut header = Header::new_zeroed();
-        let bytes = header.as_mut_bytes();
-        // A descriptor rides on the message's first bytes, so it arrives with the first
-        // read; a header split over several reads is completed without descriptors.
-        let (got, fd) = self
-            .stream
-            .recv_with_fd(bytes)
-            .map_err(ConnectionError::Fds)?;
-        if got == 0 {
-            return Ok(None);
-        }
-        read_full(&mut self.stream, &mut bytes[got..])?;
-        Ok(Some((header, fd)))
+        self.framer.next_header(&self.stream)
     }
 
     fn handle(
@@ -161,17 +152,14 @@ impl<'a> Connection<'a> {
         fd: Option<File>,
     ) -> Result<(), ConnectionError> {
         let size = header.size.get();
-        let body_len = (size as usize)
-            .checked_sub(HEADER_LEN)
-            .ok_or(ConnectionError::Undersized(size))?;
+        // next_header refused a size below the header's.
+        let body_len = size as usize - HEADER_LEN;
         if body_len > MAX_BODY {
-            drain(&mut self.stream, body_len as u64)?;
+            self.framer.skip_body(&self.stream)?;
             log::debug!("message {} of {size} bytes refused", header.command.get());
             return self.answer(&header, Err(E2BIG));
         }
-        self.body.clear();
-        self.body.resize(body_len, 0);
-        read_full(&mut self.stream, &mut self.body)?;
+        self.framer.read_body(&self.stream, &mut self.body)?;
         if let Some(h) = &mut self.hops {
             h.current.body_ns = now_ns();
         }
@@ -416,22 +404,4 @@ fn parse<T: FromBytes + KnownLayout + Immutable>(body: &[u8]) -> Option<T> {
 
 fn parse_with_tail<T: FromBytes + KnownLayout + Immutable>(body: &[u8]) -> Option<(T, &[u8])> {
     T::read_from_prefix(body).ok()
-}
-
-fn read_full(stream: &mut UnixStream, buf: &mut [u8]) -> Result<(), ConnectionError> {
-    stream.read_exact(buf).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => ConnectionError::Truncated,
-        _ => ConnectionError::Read(e),
-    })
-}
-
-/// Reads and forgets `len` bytes through a small stack buffer.
-fn drain(stream: &mut UnixStream, mut len: u64) -> Result<(), ConnectionError> {
-    let mut scratch = [0u8; 4096];
-    while len > 0 {
-        let chunk = len.min(scratch.len() as u64) as usize;
-        read_full(stream, &mut scratch[..chunk])?;
-        len -= chunk as u64;
-    }
-    Ok(())
 }
