@@ -91,6 +91,24 @@ class Report(unittest.TestCase):
         self.assertIn("smc", run["stock_ratios"])
         self.assertIn("stream-smc", run["phases"])
 
+    def test_a_pinned_run_is_named_so_in_every_table(self):
+        meta_path = os.path.join(self.run, "meta.json")
+        meta = json.load(open(meta_path))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            bg.report(os.path.join(self.tmp, "r.json"), [self.run])
+        self.assertNotIn("pinned", out.getvalue())
+        meta["pins"] = "0 1"
+        json.dump(meta, open(meta_path, "w"))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            bg.report(os.path.join(self.tmp, "r.json"), [self.run])
+        text = out.getvalue()
+        rows = [line for line in text.splitlines() if line.startswith("2 vCPU")]
+        self.assertTrue(rows)
+        self.assertTrue(all(line.startswith("2 vCPU pinned") for line in rows), rows)
+        self.assertIn("ism0 thread on host CPU(s) 0, guest b's and ism1's on 1", text)
+
     def test_an_smc_phase_the_device_did_not_carry_fails(self):
         phases = json.load(open(os.path.join(self.run, "phases.json")))
         for p in phases:
