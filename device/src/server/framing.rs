@@ -54,7 +54,7 @@ pub struct Framer {
 
 impl Framer {
     /// A framer for messages whose body is at most `max_body` bytes (larger ones are
-    /// drained by `skip_body`).
+    /// drained, not kept).
     pub fn new(max_body: usize) -> Self {
         Self {
             buf: vec![0u8; HEADER_LEN + max_body].into_boxed_slice(),
@@ -66,8 +66,8 @@ impl Framer {
         }
     }
 
-    /// The largest body `read_body` takes.
-    pub fn max_body(&self) -> usize {
+    /// The largest body `read_body` keeps.
+    fn max_body(&self) -> usize {
         self.buf.len() - HEADER_LEN
     }
 
@@ -115,27 +115,30 @@ impl Framer {
         None
     }
 
-    /// Reads the current message's body into `body` (cleared first). The body must fit
-    /// (`max_body`); `skip_body` drains one that does not.
+    /// Reads the current message's body into `body` (cleared first). A body larger than
+    /// `max_body` is drained instead, and the answer is false.
     pub fn read_body(
         &mut self,
         stream: &UnixStream,
         body: &mut Vec<u8>,
-    ) -> Result<(), ConnectionError> {
+    ) -> Result<bool, ConnectionError> {
+        if self.body_due > self.max_body() {
+            self.skip_body(stream)?;
+            return Ok(false);
+        }
         let len = std::mem::take(&mut self.body_due);
-        assert!(len <= self.max_body(), "read_body of an oversized body");
         if !self.fill(stream, len)? && len > 0 {
             return Err(ConnectionError::Truncated);
         }
         body.clear();
         body.extend_from_slice(&self.buf[self.start..self.start + len]);
         self.consume(len);
-        Ok(())
+        Ok(true)
     }
 
     /// Drains the current message's body without keeping it. Reads stop at the message's
     /// end, so no byte or descriptor of the next message is taken here.
-    pub fn skip_body(&mut self, stream: &UnixStream) -> Result<(), ConnectionError> {
+    fn skip_body(&mut self, stream: &UnixStream) -> Result<(), ConnectionError> {
         let mut left = std::mem::take(&mut self.body_due) as u64;
         let buffered = (self.end - self.start) as u64;
         let now = left.min(buffered) as usize;
@@ -184,7 +187,7 @@ impl Framer {
             let from = self.offset + (self.end - self.start) as u64;
             let (got, fd) = match stream.recv_with_fd(&mut self.buf[self.end..]) {
                 Ok(r) => r,
-                Err(e) if e.errno() == libc_eintr() => continue,
+                Err(e) if e.errno() == nix::errno::Errno::EINTR as i32 => continue,
                 Err(e) => return Err(ConnectionError::Fds(e)),
             };
             if got == 0 {
@@ -211,10 +214,6 @@ impl Framer {
     }
 }
 
-fn libc_eintr() -> i32 {
-    nix::errno::Errno::EINTR as i32
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,7 +235,7 @@ mod tests {
     fn next(f: &mut Framer, s: &UnixStream) -> (u16, Vec<u8>, Option<File>) {
         let (h, fd) = f.next_header(s).unwrap().unwrap();
         let mut body = Vec::new();
-        f.read_body(s, &mut body).unwrap();
+        assert!(f.read_body(s, &mut body).unwrap(), "body kept");
         (h.id.get(), body, fd)
     }
 
@@ -318,7 +317,8 @@ mod tests {
         let mut f = Framer::new(64);
         let (h, _) = f.next_header(&b).unwrap().unwrap();
         assert_eq!(h.size.get() as usize, HEADER_LEN + 10_000);
-        f.skip_body(&b).unwrap();
+        let mut body = Vec::new();
+        assert!(!f.read_body(&b, &mut body).unwrap(), "drained, not kept");
         let (id, body, fd) = next(&mut f, &b);
         assert_eq!((id, body, fd.is_some()), (2, vec![2; 4], false));
         t.join().unwrap();

@@ -151,15 +151,14 @@ impl<'a> Connection<'a> {
         header: Header,
         fd: Option<File>,
     ) -> Result<(), ConnectionError> {
-        let size = header.size.get();
-        // next_header refused a size below the header's.
-        let body_len = size as usize - HEADER_LEN;
-        if body_len > MAX_BODY {
-            self.framer.skip_body(&self.stream)?;
-            log::debug!("message {} of {size} bytes refused", header.command.get());
+        if !self.framer.read_body(&self.stream, &mut self.body)? {
+            log::debug!(
+                "message {} of {} bytes refused",
+                header.command.get(),
+                header.size.get()
+            );
             return self.answer(&header, Err(E2BIG));
         }
-        self.framer.read_body(&self.stream, &mut self.body)?;
         if let Some(h) = &mut self.hops {
             h.current.body_ns = now_ns();
         }
