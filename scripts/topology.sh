@@ -24,8 +24,8 @@ topo_cleanup() {
     # not the QEMU it started. The pid is taken only while that QEMU's command line names
     # the pidfile, so a stale file of a killed guest never hits a recycled pid.
     for f in "${RUN_DIR:-/nonexistent}"/*.qemu.pid; do
-        [ -s "$f" ] || continue
-        pid="$(cat "$f")"
+        # QEMU removes its pidfile as it exits, so the file may be gone by now.
+        pid="$(cat "$f" 2>/dev/null)" && [ -n "$pid" ] || continue
         tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "-pidfile $f" || continue
         kill -TERM "$pid" 2>/dev/null || true
     done
