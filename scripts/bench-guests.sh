@@ -76,7 +76,7 @@ for mode in "${modes[@]}"; do
     printf '{"mode": "%s", "ism_post": "%s", "bytes": "%s", "rounds": %s, "repeat": %s, "smp": %s, "secs": %s, "stock_repeat": %s, "kernel": "%s", "pins": "%s"}\n' \
         "$mode" "$post" "$BENCH_BYTES" "$BENCH_ROUNDS" "$BENCH_REPEAT" "$smp" "$BENCH_SECS" "$BENCH_STOCK_REPEAT" "$krel" "${PIN_A:+$PIN_A $PIN_B}" >"$RUN_DIR/meta.json"
     RUST_LOG=warn emu_start 2
-    if [ -n "$PIN_A" ]; then pin_function ism0 "$PIN_A"; pin_function ism1 "$PIN_B"; fi
+    pin_functions
     stock=("$BENCH_SECS" "$BENCH_STOCK_REPEAT" -- "$BENCH_BYTES" "$BENCH_ROUNDS" "$BENCH_REPEAT")
     GUEST_CPUS=$PIN_A GUEST_SMP=$smp X_ISM_POST=$post guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on stockbench server 10.0.0.1 "${stock[@]}"
     GUEST_CPUS=$PIN_B GUEST_SMP=$smp X_ISM_POST=$post guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off stockbench client 10.0.0.1 "${stock[@]}"

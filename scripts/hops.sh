@@ -29,7 +29,7 @@ export GUEST_TRACE_EVENTS
 step "hops: two guests (${GUEST_SMP} vCPU each), smcsuite ${tests[*]}, QEMU traced, the emulator's hop log on"
 pins_for_two
 ISM_EMU_HOPS="$RUN_DIR/hops" RUST_LOG=warn emu_start 2
-if [ -n "$PIN_A" ]; then pin_function ism0 "$PIN_A"; pin_function ism1 "$PIN_B"; fi
+pin_functions
 GUEST_CPUS=$PIN_A guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcsuite server 10.0.0.1 "${tests[@]}"
 GUEST_CPUS=$PIN_B guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcsuite client 10.0.0.1 "${tests[@]}"
 ok=0

@@ -137,6 +137,13 @@ pins_for_two() {
     [ -n "$PIN_B" ] || die "PINS='$spec': give two CPU lists (guest a's, guest b's) or none"
 }
 
+# pin_functions: after pins_for_two and emu_start, the emulator's ism0 thread beside guest
+# a and ism1 beside guest b (nothing when PIN_A is empty).
+pin_functions() {
+    [ -n "$PIN_A" ] || return 0
+    pin_function ism0 "$PIN_A" && pin_function ism1 "$PIN_B"
+}
+
 # pin_function FUNCTION CPUS: the emulator's thread that serves FUNCTION (it carries the
 # function's name) on those host CPUs (taskset's list), e.g. beside the guest that drives it.
 pin_function() {
