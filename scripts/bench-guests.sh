@@ -78,8 +78,8 @@ for mode in "${modes[@]}"; do
     RUST_LOG=warn emu_start 2
     pin_functions
     stock=("$BENCH_SECS" "$BENCH_STOCK_REPEAT" -- "$BENCH_BYTES" "$BENCH_ROUNDS" "$BENCH_REPEAT")
-    GUEST_CPUS=$PIN_A GUEST_SMP=$smp X_ISM_POST=$post guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on stockbench server 10.0.0.1 "${stock[@]}"
-    GUEST_CPUS=$PIN_B GUEST_SMP=$smp X_ISM_POST=$post guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off stockbench client 10.0.0.1 "${stock[@]}"
+    GUEST_PCAP=off GUEST_CPUS=$PIN_A GUEST_SMP=$smp X_ISM_POST=$post guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on stockbench server 10.0.0.1 "${stock[@]}"
+    GUEST_PCAP=off GUEST_CPUS=$PIN_B GUEST_SMP=$smp X_ISM_POST=$post guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off stockbench client 10.0.0.1 "${stock[@]}"
     python3 "$REPO_ROOT/scripts/bench_guests.py" watch "$EMU_BIN" "$RUN_DIR/control.sock" \
         "$RUN_DIR/b.console.log" "$RUN_DIR/phases.json" &
     watcher=$!

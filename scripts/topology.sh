@@ -89,12 +89,19 @@ observe() { "$EMU_BIN" observe --control "$RUN_DIR/control.sock" "$@"; }
 # a link joins exactly one listening and one connecting guest, so more pairs need one
 # each), GUEST_MEM and GUEST_SMP (run-guest.sh's --mem and --smp), GUEST_APPEND_EXTRA
 # (more kernel parameters, e.g. ismtest.verbose=1).
+# GUEST_PCAP=off: no capture (bench-guests: a TCP phase at 100+ MB/s fills gigabytes, and
+# QEMU writes each frame on the guest's own host CPU, which would slow the TCP it measures).
 # GUEST_TRACE_EVENTS=FILE: QEMU traces the events FILE names into RUN_DIR/NAME.trace
-# (its simple backend; scripts/hops.sh). GUEST_GLOBAL=DRIVER.PROPERTY=VALUE: one
+# (its simple backend; scripts/hops.sh). A QEMU built with the log backend as well prints
+# every such event too, to stderr unless -D says otherwise: a write per event into the pipe
+# of run-guest.sh's tee, which then wakes on the vCPU's own host CPU, several times a
+# store. -D /dev/null keeps that cost to the write. GUEST_GLOBAL=DRIVER.PROPERTY=VALUE: one
 # -global for each guest's QEMU (e.g. vfio-user-pci.x-recv-inline=off).
 guest_start() {
     local name="$1" sock="$2" ip="$3" net_server="$4"; shift 4
-    local run size=()
+    local run size=() dump=()
+    [ "${GUEST_PCAP:-on}" = off ] ||
+        dump=(-object "filter-dump,id=netdump0,netdev=net0,maxlen=512,file=$RUN_DIR/$name.net.pcap")
     run="$(IFS=+; echo "$*")"
     [ -z "${GUEST_MEM:-}" ] || size+=(--mem "$GUEST_MEM")
     [ -z "${GUEST_SMP:-}" ] || size+=(--smp "$GUEST_SMP")
@@ -108,9 +115,9 @@ guest_start() {
         --net-socket "${GUEST_NET:-$RUN_DIR/net.sock}" --net-server "$net_server" "${size[@]}" \
         --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
         --pidfile "$RUN_DIR/$name.qemu.pid" \
-        -- -object "filter-dump,id=netdump0,netdev=net0,maxlen=512,file=$RUN_DIR/$name.net.pcap" \
+        -- ${dump[@]+"${dump[@]}"} \
         -monitor "unix:$RUN_DIR/$name.monitor,server=on,wait=off" \
-        ${GUEST_TRACE_EVENTS:+-trace "events=$GUEST_TRACE_EVENTS,file=$RUN_DIR/$name.trace"} \
+        ${GUEST_TRACE_EVENTS:+-trace "events=$GUEST_TRACE_EVENTS,file=$RUN_DIR/$name.trace" -D /dev/null} \
         ${GUEST_GLOBAL:+-global "$GUEST_GLOBAL"} \
         >"$RUN_DIR/$name.run.log" 2>&1 &
     local pid=$!
