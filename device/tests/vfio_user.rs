@@ -86,7 +86,7 @@ fn the_same_move_posted_gets_no_reply_and_its_failure_is_held() {
 }
 
 #[test]
-fn the_version_reply_announces_the_limits_and_the_posted_move_capability_if_proposed() {
+fn the_version_reply_announces_the_limits_and_each_experimental_capability_if_proposed() {
     let m = Machine::start(1);
     let mut g = m.connect(0);
     let mut version = |client_caps: &str| {
@@ -102,8 +102,12 @@ fn the_version_reply_announces_the_limits_and_the_posted_move_capability_if_prop
     assert_eq!(caps["max_msg_fds"], 1);
     assert_eq!(caps["max_data_xfer_size"], 4096);
     assert_eq!(caps.get(wire::CAP_ISM_POSTED_MOVES), None, "not proposed");
+    assert_eq!(caps.get(wire::CAP_WAITED_CHANNEL), None, "not proposed");
     let caps = version(r#"{"capabilities":{"x_ism_posted_moves":true}}"#);
     assert_eq!(caps[wire::CAP_ISM_POSTED_MOVES], true);
+    let caps = version(r#"{"capabilities":{"x_waited_channel":true}}"#);
+    assert_eq!(caps[wire::CAP_WAITED_CHANNEL], true);
+    assert_eq!(caps.get(wire::CAP_ISM_POSTED_MOVES), None, "not proposed");
     // Capabilities that are not a JSON object are refused.
     let mut bad = [0u16.to_le_bytes(), 1u16.to_le_bytes()].concat();
     bad.extend_from_slice(b"[1,2\0");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Smoke test of the QEMU patch series without the real emulator: one guest with
 #   - an ISM function (zpci ism=on, 0002:00:00.0) served by pcistb-stub.py, which logs
-#     every BAR write: the default, every store waited for,
+#     every BAR write: the default, every store waited for; its stub announces
+#     x_waited_channel, so the waited stores take QEMU's second connection,
 #   - as a control, the same kind of vfio-user function WITHOUT ism=on (0003:00:00.0,
 #     device id 0x04ee so the ism driver leaves it alone): it must keep stock behaviour,
 #   - an ISM function with x-ism-post=on (0004:00:00.0) whose stub announces the
@@ -97,7 +98,7 @@ chmod +x "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd.cpio.gz"
 
 step "starting the stub and the guest"
-python3 "$HERE/pcistb-stub.py" "$WORK/ism.sock" "$WORK/stub.log" &
+python3 "$HERE/pcistb-stub.py" "$WORK/ism.sock" "$WORK/stub.log" --waited-channel &
 stub_pid=$!
 python3 "$HERE/pcistb-stub.py" "$WORK/plain.sock" "$WORK/plain.log" --device-id 0x04ee &
 stub_pid="$stub_pid $!"
@@ -126,7 +127,8 @@ wait $stub_pid 2>/dev/null || true; stub_pid=""
 sed 's|^insmod /stbtest.ko$|insmod /stbtest.ko dead=1|; /ism.ko/d; /ism bound/d' "$WORK/ir/init" >"$WORK/init.dead"
 install -m 755 "$WORK/init.dead" "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-dead.cpio.gz"
-python3 "$HERE/pcistb-stub.py" "$WORK/dead.sock" "$WORK/dead.log" --die-on 0x800c00 --posted-moves &
+python3 "$HERE/pcistb-stub.py" "$WORK/dead.sock" "$WORK/dead.log" --die-on 0x800c00 --posted-moves \
+    --waited-channel &
 stub_pid=$!
 wait_for_socket "$WORK/dead.sock" 5 || die "the stub did not create $WORK/dead.sock"
 dead_rc=0
@@ -234,7 +236,8 @@ chmod +x "$WORK/ir/init"
 python3 "$HERE/pcistb-stub.py" "$WORK/q2.sock" "$WORK/q2.log" --posted-moves --stall-on 0 \
     --slow-on 0x800d00 &
 stub_pid=$!
-python3 "$HERE/pcistb-stub.py" "$WORK/q3.sock" "$WORK/q3.log" --posted-moves --stall-on 0 --die-after-stall &
+python3 "$HERE/pcistb-stub.py" "$WORK/q3.sock" "$WORK/q3.log" --posted-moves --stall-on 0 --die-after-stall \
+    --waited-channel &
 stub_pid="$stub_pid $!"
 for s in q2 q3; do
     wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
@@ -321,6 +324,10 @@ else echo "not ok - guest run failed (rc=$rc)"; cat "$WORK/run.err"; fail=$((fai
 check "ISM: CLP reports pchid and PFT 5" "$C" "PCI $F vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
 check_re "ISM: its function group has maxstbl 4096" "$C" "STBT: $F pfgid=0x[0-9a-f]+ maxstbl=4096"
 check_absent "ISM: ... not the default group's" "$C" "STBT: $F pfgid=0xff "
+check_re "ISM: QEMU proposes x_waited_channel" "$S" '"x_waited_channel": ?true'
+check "ISM: ... and opens the second connection when the server agrees" "$S" "WAITED CHANNEL open"
+check_re "ISM: ... where its waited stores went" "$S" "^waited channel: [1-9][0-9]* requests"
+check_absent "ISM: ... and not to a server that did not agree (control function)" "$SQ" "WAITED CHANNEL"
 check "ISM: 5 bytes at BAR offset 37 from a page-crossing buffer: cc 0" "$C" "STBT: $F A len5 off37 src+4093 (crosses page) rc=0"
 check "ISM: ... arrive as one write with the guest's bytes, waited (the default)" "$S" "WRITE r0 off=0x25 len=5 post=False data=fdfeff0001"
 check "ISM: 4096 bytes from a misaligned buffer: cc 0" "$C" "STBT: $F B len4096 off0x1000 src+3 rc=0"
@@ -448,6 +455,7 @@ n_lines="$(grep -cE 'vfio_user_device_io_region_(write|read):' "$DQ" 2>/dev/null
 if [ "${n_lines:-0}" -eq 1 ]; then echo "ok - dead server: QEMU reports the failed accesses once"; pass=$((pass + 1))
 else echo "not ok - dead server: QEMU printed ${n_lines:-0} lines for the failed accesses, not 1"; fail=$((fail + 1)); fi
 check "dead server: ... saying that more go unreported" "$DQ" "Further failed accesses to"
+check "dead server: ... with the stores on the waited channel (x_waited_channel)" "$WORK/dead.log" "WAITED CHANNEL open"
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then
     echo "--- console:"; grep -E 'SMOKE|STBT' "$C" | tail -30

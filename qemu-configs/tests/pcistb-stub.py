@@ -39,6 +39,11 @@ With --stall-on OFFSET, a BAR 0 write at OFFSET makes the stub stop reading for
 exit without reading any more with --die-after-stall.
 With --slow-on OFFSET, the reply to a waited BAR 0 write at OFFSET comes --slow-secs
 seconds late (after QEMU's x-msg-timeout, if that is shorter).
+With --waited-channel, the stub announces the experimental capability x_waited_channel
+and takes the second connection QEMU then hands it (VFIO_USER_X_WAITED_CHANNEL, logged
+as "WAITED CHANNEL open"): it serves the main connection's messages first and replies
+on the connection a request came on; a failure there closes that connection only. At
+the end it logs "waited channel: N requests".
 The data of a write longer than 64 bytes is logged up to its 64th byte, then "...".
 Exits when the client disconnects.
 
@@ -46,9 +51,9 @@ Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN] [--di
                       [--max-xfer BYTES]   (max_data_xfer_size announced; default 1 MiB)
                       [--posted-moves]     (announce "x_ism_posted_moves": true)
                       [--stall-on OFFSET [--stall-secs S] [--die-after-stall]]
-                      [--slow-on OFFSET [--slow-secs S]]
+                      [--slow-on OFFSET [--slow-secs S]] [--waited-channel]
 """
-import argparse, array, json, os, socket, struct, time
+import argparse, array, json, os, select, socket, struct, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("socket")
@@ -68,6 +73,8 @@ ap.add_argument("--die-after-stall", action="store_true",
 ap.add_argument("--slow-on", type=lambda s: int(s, 0), default=None,
                 help="reply --slow-secs late to a waited BAR 0 write at this offset")
 ap.add_argument("--slow-secs", type=float, default=3.0)
+ap.add_argument("--waited-channel", action="store_true",
+                help='announce "x_waited_channel": true and take the second connection')
 ap.add_argument("--device-id", type=lambda s: int(s, 0), default=0x04ED,
                 help="PCI device id (another id keeps the ism driver off the function)")
 args = ap.parse_args()
@@ -117,16 +124,21 @@ conn, _ = srv.accept()
 log("client connected")
 
 
-def recv_exact(n):
+posted_now = False      # whether the message being served came with No_reply
+waited = None          # the second connection of x_waited_channel, once open
+waited_requests = 0
+fds_in = []             # descriptors that came with the message being read
+
+
+def recv_exact(sock, n):
     buf = b""
     while len(buf) < n:
-        data, anc, _, _ = conn.recvmsg(n - len(buf), socket.CMSG_SPACE(16 * 4))
+        data, anc, _, _ = sock.recvmsg(n - len(buf), socket.CMSG_SPACE(16 * 4))
         for lvl, typ, d in anc:                       # DMA_MAP fds: not needed here
             if lvl == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
                 fds = array.array("i")
                 fds.frombytes(d[: len(d) - len(d) % 4])
-                for fd in fds:
-                    os.close(fd)
+                fds_in.extend(fds)
         if not data:
             raise EOFError
         buf += data
@@ -135,7 +147,14 @@ def recv_exact(n):
 
 def reply(mid, cmd, body=b"", err=0):
     flags = REPLY | (ERROR if err else 0)
-    conn.sendall(HDR.pack(mid, cmd, HDR.size + len(body), flags, err) + body)
+    src.sendall(HDR.pack(mid, cmd, HDR.size + len(body), flags, err) + body)
+
+
+def close_waited(why):
+    global waited
+    log(f"WAITED CHANNEL closed ({why})")
+    waited.close()
+    waited = None
 
 
 def dmb(off):
@@ -150,6 +169,7 @@ def region_write(reg, off, data):
             cfg[off:off + len(data)] = data
         return 0
     shown = data.hex() if len(data) <= 64 else data[:64].hex() + "..."
+    posted = posted_now
     log(f"WRITE r{reg} off=0x{off:x} len={len(data)} post={posted} data={shown}")
     if reg == 0 and off == args.die_on:
         log("  DYING (the server goes away)")
@@ -197,19 +217,40 @@ def region_write(reg, off, data):
     return 0
 
 
-while True:
-    try:
-        mid, cmd, size, flags, _ = HDR.unpack(recv_exact(HDR.size))
-        body = recv_exact(size - HDR.size) if size > HDR.size else b""
-    except (EOFError, ConnectionResetError):
-        log("client gone")
-        break
+def serve_one():
+    """Reads one message from `src` and answers it there."""
+    global waited, waited_requests
+    fds_in.clear()
+    mid, cmd, size, flags, _ = HDR.unpack(recv_exact(src, HDR.size))
+    body = recv_exact(src, size - HDR.size) if size > HDR.size else b""
+    fds = list(fds_in)
     posted = bool(flags & NO_REPLY)
+    if src is waited:
+        waited_requests += 1
+    if cmd == 0x7f00 and src is conn and args.waited_channel and waited is None \
+            and len(fds) == 1:                        # X_WAITED_CHANNEL
+        waited = socket.socket(fileno=fds.pop())
+        log("WAITED CHANNEL open")
+        reply(mid, cmd)
+    for fd in fds:                                    # DMA_MAP's and others: not needed
+        os.close(fd)
+    if cmd == 0x7f00:
+        if waited is None or src is waited:
+            reply(mid, cmd, err=EINVAL)
+    else:
+        serve_command(mid, cmd, posted, body)
+
+
+def serve_command(mid, cmd, posted, body):
+    global posted_now
+    posted_now = posted
     if cmd == 1:                                      # VERSION
         log("VERSION client " + body[4:].rstrip(b"\0").decode(errors="replace"))
         mine = {"max_msg_fds": 8, "max_data_xfer_size": args.max_xfer}
         if args.posted_moves:
             mine["x_ism_posted_moves"] = True
+        if args.waited_channel:
+            mine["x_waited_channel"] = True
         caps = json.dumps({"capabilities": mine}).encode()
         reply(mid, cmd, struct.pack("<HH", 0, 0) + caps + b"\0")
     elif cmd == 4:                                    # DEVICE_GET_INFO: PCI|RESET, 9 regions, 5 irqs
@@ -246,3 +287,23 @@ while True:
         log(f"unsupported command {cmd}")
         if not posted:
             reply(mid, cmd, err=EOPNOTSUPP)
+
+
+while True:
+    # The main connection first: a request on the waited one never passes a message
+    # QEMU sent before it.
+    src = conn
+    if waited is not None:
+        ready, _, _ = select.select([conn, waited], [], [])
+        if conn not in ready:
+            src = waited
+    try:
+        serve_one()
+    except (EOFError, ConnectionResetError, BrokenPipeError) as e:
+        if src is waited:
+            close_waited(type(e).__name__)
+            continue
+        log("client gone")
+        break
+if args.waited_channel:
+    log(f"waited channel: {waited_requests} requests")

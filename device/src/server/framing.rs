@@ -66,6 +66,12 @@ impl Framer {
         }
     }
 
+    /// Whether bytes of a next message are already buffered (a `next_header` may then
+    /// need no read).
+    pub fn has_buffered(&self) -> bool {
+        self.end > self.start
+    }
+
     /// The largest body `read_body` keeps.
     fn max_body(&self) -> usize {
         self.buf.len() - HEADER_LEN

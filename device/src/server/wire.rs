@@ -24,6 +24,9 @@ pub mod command {
     pub const DEVICE_RESET: u16 = 13;
     pub const DIRTY_PAGES: u16 = 14;
     pub const REGION_WRITE_MULTI: u16 = 15;
+    /// Experimental, after `CAP_WAITED_CHANNEL`: carries the server's end of the waited
+    /// channel (server::vfio_user, "The waited channel").
+    pub const X_WAITED_CHANNEL: u16 = 0x7f00;
 }
 
 /// Header flags: the message type in bits 0–3, then the no-reply and error bits.
@@ -179,3 +182,11 @@ pub const REGION_ACCESS_LEN: usize = size_of::<RegionAccess>();
 /// (docs/device.md, "Posted moves"). The patched QEMU posts ISM data moves only to a
 /// server that announces it, and only with `x-ism-post=on`.
 pub const CAP_ISM_POSTED_MOVES: &str = "x_ism_posted_moves";
+
+/// The capability of a second connection for requests whose sender waits for the reply:
+/// after both sides announced it, the client sends `X_WAITED_CHANNEL` with the server's
+/// end of a socket pair, and sends on it the waited requests that no earlier request is
+/// still queued before. The server serves the main connection's bytes first, so the
+/// requests keep their order. What a guest sees does not change, only which thread of
+/// QEMU reads the reply.
+pub const CAP_WAITED_CHANNEL: &str = "x_waited_channel";
