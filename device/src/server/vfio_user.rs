@@ -679,18 +679,25 @@ mod tests {
 
     const WITH_CAP: &str = r#"{"capabilities":{"x_waited_channel":true}}"#;
 
-    #[test]
-    fn the_main_connection_s_bytes_are_served_before_a_waited_request() {
-        let (server, client) = UnixStream::pair().unwrap();
+    /// Writes VERSION with the capability (id 1) and X_WAITED_CHANNEL (id 2) on `client`,
+    /// as QEMU does; returns the client's end of the waited channel.
+    fn propose_waited_channel(client: &UnixStream) -> UnixStream {
         let (theirs, ours) = UnixStream::pair().unwrap();
-        let mut c = &client;
+        let mut c = client;
         c.write_all(&version(1, WITH_CAP)).unwrap();
         with_fd(
-            &client,
+            client,
             &message(2, cmd::X_WAITED_CHANNEL, 0, &[]),
             theirs.as_raw_fd(),
         );
-        drop(theirs);
+        ours
+    }
+
+    #[test]
+    fn the_main_connection_s_bytes_are_served_before_a_waited_request() {
+        let (server, client) = UnixStream::pair().unwrap();
+        let ours = propose_waited_channel(&client);
+        let mut c = &client;
         // Everything is on both sockets before the server reads any of it: the waited
         // request first, then a posted write and a waited one on the main connection.
         (&ours)
@@ -762,15 +769,8 @@ mod tests {
     fn a_broken_waited_channel_ends_itself_and_the_main_connection_goes_on() {
         let (server, client) = UnixStream::pair().unwrap();
         let served = serve(server);
-        let (theirs, ours) = UnixStream::pair().unwrap();
+        let ours = propose_waited_channel(&client);
         let mut c = &client;
-        c.write_all(&version(1, WITH_CAP)).unwrap();
-        with_fd(
-            &client,
-            &message(2, cmd::X_WAITED_CHANNEL, 0, &[]),
-            theirs.as_raw_fd(),
-        );
-        drop(theirs);
         assert_eq!(reply(&client).0, 1);
         assert_eq!(reply(&client), (2, 0));
         // A size below the header's loses the channel's framing: it is closed.
