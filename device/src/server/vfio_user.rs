@@ -261,7 +261,8 @@ impl<'a> Connection<'a> {
         self.waited = None;
     }
 
-    /// The stream and framer of the message being handled.
+    /// The stream and framer of the message being handled (its body is read there, its
+    /// reply written there).
     fn current<'s>(
         channel: Channel,
         main: (&'s UnixStream, &'s mut Framer),
@@ -544,10 +545,11 @@ impl<'a> Connection<'a> {
         if let Some(h) = &mut self.hops {
             h.current.served_ns = now_ns();
         }
-        let mut stream = match (self.channel, &self.waited) {
-            (Channel::Waited, Some(w)) => &w.stream,
-            _ => &self.stream,
-        };
+        let (mut stream, _) = Self::current(
+            self.channel,
+            (&self.stream, &mut self.framer),
+            &mut self.waited,
+        );
         stream
             .write_all(&self.reply)
             .map_err(ConnectionError::Write)?;
