@@ -150,7 +150,7 @@ ci-smcd-check: qemu emulator ## scripts/ci-smcd.sh on a Debian tree treated as y
 vng-check: emulator qemu ## virtme-ng booting a kernel with the emulated ISM (needs VNG_QEMU)
 	scripts/vng-check.sh
 
-bench: ## the device's throughput table (cargo bench)
+bench: ## the device's throughput table (cargo bench; every thread on one CPU unless BENCH_CPU=free)
 	cargo bench --bench throughput
 
 # A waited ISM store's time hop by hop: QEMU's trace and the emulator's hop log, lined up

@@ -3,6 +3,11 @@
 //! The ratio is what the device adds on top of the transport.
 //!
 //! Run with `cargo bench` (or `make bench`). Prints a table; asserts nothing.
+//!
+//! Every thread runs on one CPU unless `BENCH_CPU=free`: that is how `make bench-guests`
+//! places a guest's QEMU and the thread serving its function, and it keeps the VM's
+//! cross-CPU wake-ups (tens of µs, varying) out of a round trip of ~15 µs. `BENCH_CPU=N`
+//! picks the CPU (default: the first this process may use).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -22,8 +27,31 @@ const CHID: u16 = 0x1234;
 /// Each measurement alternates the device and the raw transport this many times, for
 /// SLICE each, so that a busy or noisy host (a VM's wake-ups, other work) weighs on both
 /// alike; the table gives medians over the rounds.
-const ROUNDS: usize = 9;
+const ROUNDS: usize = 21;
 const SLICE: Duration = Duration::from_millis(250);
+
+/// Puts this thread, and so every thread it starts, on the CPU `BENCH_CPU` names; returns
+/// the placement for the table's heading.
+fn place() -> String {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let wanted = std::env::var("BENCH_CPU").unwrap_or_default();
+    if wanted == "free" {
+        return "placement left to the scheduler (BENCH_CPU=free)".into();
+    }
+    let allowed = sched_getaffinity(Pid::from_raw(0)).expect("sched_getaffinity");
+    let cpu = match wanted.parse::<usize>() {
+        Ok(cpu) => cpu,
+        Err(_) if wanted.is_empty() => (0..CpuSet::count())
+            .find(|&c| allowed.is_set(c).unwrap_or(false))
+            .expect("no CPU allowed"),
+        Err(_) => panic!("BENCH_CPU={wanted}: a CPU number or `free`"),
+    };
+    let mut one = CpuSet::new();
+    one.set(cpu).expect("BENCH_CPU out of range");
+    sched_setaffinity(Pid::from_raw(0), &one).expect("sched_setaffinity");
+    format!("every thread on CPU {cpu}, as a guest and its function's thread in make bench-guests (BENCH_CPU=free: no placement)")
+}
 
 /// Runs `op` repeatedly for about SLICE and returns operations per second.
 fn rate(op: &mut dyn FnMut()) -> f64 {
@@ -113,6 +141,7 @@ fn command<R: Request>(client: &mut Client, request: &R) -> CommandReply {
 }
 
 fn main() {
+    let placement = place();
     let dir = TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-bench-")).unwrap();
     let functions = (0..2)
         .map(|i| (format!("ism{i}"), default_gid(CHID, i)))
@@ -146,6 +175,7 @@ fn main() {
         "{ROUNDS} alternating rounds of {} ms each, device then AF_UNIX; medians (ratio: median and range of the rounds)",
         SLICE.as_millis()
     );
+    println!("{placement}");
     println!();
     println!(
         "{:<22} {:>12} {:>10} {:>14} {:>10} {:>8} {:>13}",
