@@ -5,7 +5,7 @@
 //! because tests must send what QEMU never would (bad offsets, truncated messages,
 //! posted writes) and must read *error* replies, which that client cannot parse.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -21,6 +21,8 @@ use crate::ism::command::HEADER_LEN as ISM_HEADER_LEN;
 use crate::ism::wire::{Request, RespHeader};
 use crate::pci::Bar;
 
+use crate::server::framing::Framer;
+use crate::server::vfio_user::ConnectionError;
 /// vfio-user command numbers and message layouts: the server's own (one definition).
 pub use crate::server::wire as msg;
 pub use crate::server::wire::command as cmd;
@@ -28,12 +30,20 @@ use crate::server::wire::flags::{
     ERROR as FLAG_ERROR, NO_REPLY as FLAG_NO_REPLY, TYPE_REPLY as FLAG_REPLY,
 };
 
-/// How much one recv asks for: a whole reply of any command the tests send.
-const INBOX_CHUNK: usize = 64 << 10;
+/// Larger than any reply body the server sends (its largest is a region read of one
+/// PCISTB block); a larger one is drained and refused.
+const MAX_REPLY_BODY: usize = 64 << 10;
 
-/// Larger than any reply the server may send (its largest region read and more): a size
-/// past it is a broken stream, not a reason to allocate.
-const MAX_REPLY: usize = 16 << 20;
+/// The framer's error as the client's: a read error keeps its kind (a reply timeout stays
+/// `WouldBlock`).
+fn io_error(e: ConnectionError) -> io::Error {
+    match e {
+        ConnectionError::Read(e) => e,
+        ConnectionError::Fds(e) => io::Error::from_raw_os_error(e.errno()),
+        ConnectionError::Truncated => io::ErrorKind::UnexpectedEof.into(),
+        other => io::Error::other(other),
+    }
+}
 
 /// A reply: `Err(errno)` when the server flagged an error.
 pub type Reply = std::result::Result<Vec<u8>, u32>;
@@ -67,12 +77,10 @@ const CMD_BAR: u32 = Bar::Command.index();
 pub struct Client {
     stream: UnixStream,
     next_id: u16,
-    /// Bytes received and not yet taken by a reply: a reply is read with as few recvs as
-    /// it arrived in (one, normally), as QEMU reads its own reply on the waited channel,
-    /// so that the benchmark's client costs what QEMU's does and no more.
-    inbox: Vec<u8>,
-    /// How much of `inbox` holds received bytes.
-    filled: usize,
+    /// Reads replies as the server reads requests (server::framing): one `recvmsg` brings
+    /// a whole reply, as QEMU reads its own reply on the waited channel, so that the
+    /// benchmark's client costs what QEMU's does and no more.
+    framer: Framer,
     /// The message being sent, kept so that sending allocates nothing.
     outbox: Vec<u8>,
 }
@@ -88,8 +96,7 @@ impl Client {
                     let mut client = Self {
                         stream,
                         next_id: 0,
-                        inbox: vec![0; INBOX_CHUNK],
-                        filled: 0,
+                        framer: Framer::new(MAX_REPLY_BODY),
                         outbox: Vec::new(),
                     };
                     client.negotiate()?;
@@ -171,36 +178,23 @@ impl Client {
         &self.stream
     }
 
-    /// Receives until the inbox holds at least `len` bytes.
-    fn fill(&mut self, len: usize) -> io::Result<()> {
-        if self.inbox.len() < len {
-            self.inbox.resize(len.max(INBOX_CHUNK), 0);
-        }
-        while self.filled < len {
-            match self.stream.read(&mut self.inbox[self.filled..]) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => self.filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
     pub fn recv_reply(&mut self, id: u16) -> io::Result<Reply> {
-        let header_len = size_of::<msg::Header>();
-        self.fill(header_len)?;
-        let header = msg::Header::read_from_prefix(&self.inbox[..self.filled])
-            .map(|(h, _)| h)
-            .map_err(|_| io::Error::other("short header"))?;
-        let size = (header.size.get() as usize).max(header_len);
-        if size > MAX_REPLY {
-            return Err(io::Error::other(format!("reply of {size} bytes")));
+        let (header, _) = self
+            .framer
+            .next_header(&self.stream)
+            .map_err(io_error)?
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        let mut body = Vec::new();
+        if !self
+            .framer
+            .read_body(&self.stream, &mut body)
+            .map_err(io_error)?
+        {
+            return Err(io::Error::other(format!(
+                "reply of {} bytes",
+                header.size.get()
+            )));
         }
-        self.fill(size)?;
-        let body = self.inbox[header_len..size].to_vec();
-        self.inbox.copy_within(size..self.filled, 0);
-        self.filled -= size;
         let (reply_id, flags) = (header.id.get(), header.flags.get());
         if reply_id != id || flags & FLAG_REPLY == 0 {
             return Err(io::Error::other(format!(
