@@ -77,9 +77,9 @@ const CMD_BAR: u32 = Bar::Command.index();
 pub struct Client {
     stream: UnixStream,
     next_id: u16,
-    /// Reads replies as the server reads requests (server::framing): one `recvmsg` brings
-    /// a whole reply, as QEMU reads its own reply on the waited channel, so that the
-    /// benchmark's client costs what QEMU's does and no more.
+    /// Reads replies as the server reads requests (server::framing), with plain reads:
+    /// one `recv` brings a whole reply, as QEMU reads its own reply on the waited
+    /// channel, so that the benchmark's client costs what QEMU's does and no more.
     framer: Framer,
     /// The message being sent, kept so that sending allocates nothing.
     outbox: Vec<u8>,
@@ -96,7 +96,7 @@ impl Client {
                     let mut client = Self {
                         stream,
                         next_id: 0,
-                        framer: Framer::new(MAX_REPLY_BODY),
+                        framer: Framer::without_fds(MAX_REPLY_BODY),
                         outbox: Vec::new(),
                     };
                     client.negotiate()?;
