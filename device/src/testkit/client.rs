@@ -20,9 +20,9 @@ use super::GuestRam;
 use crate::ism::command::HEADER_LEN as ISM_HEADER_LEN;
 use crate::ism::wire::{Request, RespHeader};
 use crate::pci::Bar;
-
 use crate::server::framing::Framer;
 use crate::server::vfio_user::ConnectionError;
+
 /// vfio-user command numbers and message layouts: the server's own (one definition).
 pub use crate::server::wire as msg;
 pub use crate::server::wire::command as cmd;
@@ -39,7 +39,6 @@ const MAX_REPLY_BODY: usize = 64 << 10;
 fn io_error(e: ConnectionError) -> io::Error {
     match e {
         ConnectionError::Read(e) => e,
-        ConnectionError::Fds(e) => io::Error::from_raw_os_error(e.errno()),
         ConnectionError::Truncated => io::ErrorKind::UnexpectedEof.into(),
         other => io::Error::other(other),
     }
