@@ -22,6 +22,9 @@ MARKERS = {
     "reuse STALE": ("X", "tab:red", "reuse: STALE", -0.3),
     "reuse unchecked": ("s", "tab:gray", "reuse: unchecked", -0.3),
     "fault injected": ("*", "black", "fault injected", 0.0),
+    "late write": ("d", "tab:olive", "late write (closed connection's peer)", 0.3),
+    "late write after zeroing": ("d", "tab:red", "late write after zeroing", 0.3),
+    "FOREIGN CDC": ("P", "tab:red", "FOREIGN CDC (another connection's)", -0.3),
 }
 CONN_COLOURS = {"close": "tab:cyan", "abort": "tab:purple"}
 

@@ -9,22 +9,7 @@ use ism_emu::default_gid;
 use serde_json::Value;
 use support::*;
 
-/// A CDC message as the peer writes it: type 0xFE, connection-state byte at 23.
-fn cdc(conn_state: u8) -> Vec<u8> {
-    let mut m = vec![0u8; 32];
-    m[0] = 0xfe;
-    m[10..14].copy_from_slice(&100u32.to_be_bytes());
-    m[23] = conn_state;
-    m
-}
-const CLOSED: u8 = 0x40;
-
-/// One SMC-D connection's traffic into `dmb`: data, a CDC, then a closing CDC.
-fn connection(peer: &mut Guest, dmb: &Dmb, payload: &[u8]) {
-    peer.move_data(dmb.token, 32, payload, false).unwrap();
-    peer.move_data(dmb.token, 0, &cdc(0), true).unwrap();
-    peer.move_data(dmb.token, 0, &cdc(CLOSED), true).unwrap();
-}
+const CLOSED: u8 = CDC_CLOSED;
 
 /// The events so far (after the writer thread sent them all).
 fn kinds(m: &Machine, rx: &Receiver<String>) -> Vec<Value> {
@@ -155,7 +140,7 @@ fn repeated_closing_cdc_does_not_start_a_connection() {
     let mut s = scene();
     connection(&mut s.peer, &s.dmb, b"x");
     s.peer
-        .move_data(s.dmb.token, 0, &cdc(CLOSED | 0x80), true)
+        .move_data(s.dmb.token, 0, &cdc_after(CLOSED | 0x80, 1), true)
         .unwrap();
     assert_eq!(s.m.observer.summaries()[0].connections, 1);
 }
@@ -196,6 +181,10 @@ fn a_reuse_whose_dmb_cannot_be_read_is_unchecked_never_clean() {
     // The owner unmaps the DMB's second page; the first still takes moves.
     s.owner_unmaps_page(1);
     s.peer.move_data(s.dmb.token, 32, b"new", false).unwrap();
+    // Checked before that move, told by the CDC after it (a new connection's).
+    s.peer
+        .move_data(s.dmb.token, 0, &cdc_after(0, 3), true)
+        .unwrap();
     let ev = kinds(&s.m, &s.events);
     let reuse = of_kind(&ev, "dmb_reused");
     assert_eq!(reuse.len(), 1);

@@ -66,8 +66,8 @@ fn a_dmbs_life_over_the_real_sockets_becomes_its_track() {
     assert_eq!(named(&doc, "conn 1")[0].args["bytes"], 1000);
     assert_eq!(named(&doc, "zeroed").len(), 1);
     assert_eq!(named(&doc, "reuse clean").len(), 1);
-    // "second" and the closing CDC's type and flag bytes were never zeroed.
-    assert_eq!(named(&doc, "reuse STALE")[0].args["stale_bytes"], 8);
+    // "second" and the closing CDC's type, cursor and flag bytes were never zeroed.
+    assert_eq!(named(&doc, "reuse STALE")[0].args["stale_bytes"], 9);
     let attached = named(&doc, "attached");
     assert_eq!(attached.len(), 2, "one per function");
     assert!(attached.iter().all(|e| e.tid == 0));

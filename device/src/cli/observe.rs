@@ -24,7 +24,7 @@ pub enum Observe {
     Conns,
     /// Functions, DMBs and a verdict on zeroing and reuse.
     Summary {
-        /// Exit with 3 if the verdict is STALE, 4 if it is UNKNOWN (0 for CLEAN or no
+        /// Exit with 3 if the verdict is STALE or CROSSED, 4 if it is UNKNOWN (0 for CLEAN or no
         /// reuse), for scripts that need no JSON.
         #[arg(long)]
         check: bool,
@@ -84,7 +84,7 @@ pub fn run(control: &Path, what: Observe) -> Result<u8, CliError> {
             );
             if check {
                 return Ok(match VerdictKind::of(&snap) {
-                    VerdictKind::Stale => exit::STALE,
+                    VerdictKind::Crossed | VerdictKind::Stale => exit::STALE,
                     VerdictKind::Unknown => exit::UNKNOWN,
                     VerdictKind::Clean | VerdictKind::NoReuse => 0,
                 });

@@ -11,11 +11,24 @@
 //!       closed --first move of a new connection--> open (a reuse: clean or stale?)
 //! ```
 //!
-//! "A new connection" is any move into a closed DMB except a CDC that still carries the
-//! close flags (the closing side may repeat them). The reuse check reads the whole DMB
-//! *before* that first move is applied; the fabric does the reading, outside its lock and
-//! within a byte budget, and hands the result in ([`ReuseCheck`]). A read that did not
-//! happen is an *unknown* reuse, never a clean one.
+//! A closed connection's peer may still write: after an abort the kernel keeps sending on
+//! the old connection (more data, then a CDC that repeats the abort flag), and its own
+//! close writes one more CDC, possibly after the owner released the DMB. So a move into a
+//! closed DMB only *may* start a new connection, and the peer's next CDC decides:
+//!
+//! ```text
+//!   closed --data move--> closed, pending (the reuse check is taken before it lands)
+//!   closed[, pending] --CDC without close flags--> open (a reuse: pending's check)
+//!   closed[, pending] --CDC with close flags--> closed (a late write of the old
+//!                                               connection: no reuse; `late_write`)
+//! ```
+//!
+//! A new connection's first CDC never carries the close flags (it is the CDC of its
+//! first send), and the flags stay set in every CDC an aborted or closed connection
+//! sends afterwards (net/smc keeps them in `local_tx_ctrl`). The reuse check reads the
+//! whole DMB *before* the first move that may start a connection is applied; the fabric
+//! does the reading, outside its lock and within a byte budget, and hands the result in
+//! ([`ReuseCheck`]). A read that did not happen is an *unknown* reuse, never a clean one.
 //!
 //! The zeroing watch resumes where it stopped: bytes up to `scan_from` were seen zero, and
 //! a byte seen nonzero is looked at first next time (one page, not the whole DMB, while a
@@ -39,6 +52,33 @@ pub mod cdc {
     pub const PEER_DONE_WRITING: u8 = 0x80;
     pub const PEER_CONN_CLOSED: u8 = 0x40;
     pub const PEER_CONN_ABORT: u8 = 0x20;
+    /// The producer cursor (`smcd_cdc_msg.prod`): wrap (u16) and count (u32), big endian.
+    pub const PROD_WRAP: usize = 8;
+    pub const PROD_COUNT: usize = 10;
+}
+
+/// The size of a DMB's data area (after the CDC message); None for a DMB with none.
+fn data_area(dmb_len: u32) -> Option<u64> {
+    u64::from(dmb_len)
+        .checked_sub(cdc::LEN as u64)
+        .filter(|&a| a > 0)
+}
+
+/// Where a CDC message's producer cursor says the sender's data ends: its count, an
+/// offset into the data area (the wrap only counts passes over it).
+fn cdc_count(data: &[u8]) -> u64 {
+    let count: [u8; 4] = data[cdc::PROD_COUNT..cdc::PROD_COUNT + 4]
+        .try_into()
+        .unwrap_or_default();
+    u64::from(u32::from_be_bytes(count))
+}
+
+/// Where a data move at `addr` ends in the data area of a DMB of `dmb_len` bytes, if it
+/// lies in it.
+fn data_end(addr: &MoveAddress, len: usize, dmb_len: u32) -> Option<u64> {
+    let area = data_area(dmb_len)?;
+    let start = u64::from(addr.offset).checked_sub(cdc::LEN as u64)?;
+    Some((start + len as u64) % area)
 }
 
 #[derive(Clone, Debug)]
@@ -52,6 +92,71 @@ pub struct DmbLife {
     dirty_at: Option<u64>,
     /// The watch tick that last looked at this DMB.
     looked_at: u64,
+    /// Moves into the closed DMB that the peer's next CDC will tell apart: the start of
+    /// a new connection or the old one's late writes.
+    pending: Option<Pending>,
+    /// The open connection's producer cursor, as far as the host can follow it.
+    cursor: Cursor,
+}
+
+/// Where a connection's next CDC message may put its producer cursor: where its last
+/// CDC message put it, or where one of the data moves since then ended. After a failed
+/// write the sender does not announce what landed of it, and writes it again from the
+/// cursor it had; without a failure the last move's end is the one.
+#[derive(Clone, Debug, Default)]
+struct Cursor {
+    announced: u64,
+    ends: Vec<u64>,
+    /// More data moves since the last CDC than `ends` keeps: the next CDC is not judged.
+    overflow: bool,
+}
+
+/// How many data-move ends a [`Cursor`] keeps (a 1 MiB DMB written twice over in 4 KiB
+/// moves), so that a peer that never sends a CDC cannot grow it.
+const CURSOR_ENDS: usize = 512;
+
+impl Cursor {
+    fn at(announced: u64) -> Self {
+        Self {
+            announced,
+            ..Self::default()
+        }
+    }
+
+    fn data_moved(&mut self, end: u64) {
+        if self.ends.len() < CURSOR_ENDS {
+            self.ends.push(end);
+        } else {
+            self.overflow = true;
+        }
+    }
+
+    /// Whether a CDC message with producer count `seen` can be this connection's;
+    /// if so it is the new announced position.
+    fn announce(&mut self, seen: u64) -> bool {
+        let ours = self.overflow || seen == self.announced || self.ends.contains(&seen);
+        if ours {
+            *self = Self::at(seen);
+        }
+        ours
+    }
+
+    /// Where the connection's data ends as far as the host saw it.
+    fn expected(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(self.announced)
+    }
+}
+
+/// Data moves into a closed DMB before the peer's next CDC (see the module's text).
+#[derive(Clone, Debug)]
+struct Pending {
+    since_us: u64,
+    /// What the DMB held before the first of them.
+    check: ReuseCheck,
+    moves: u64,
+    bytes: u64,
+    /// The cursor a new connection would have after them.
+    cursor: Cursor,
 }
 
 impl DmbLife {
@@ -84,9 +189,9 @@ fn closing_flags(data: &[u8]) -> u8 {
     data[cdc::CONN_STATE] & (cdc::PEER_CONN_CLOSED | cdc::PEER_CONN_ABORT)
 }
 
-/// Whether a move into a closed DMB starts a new connection: anything but a CDC that
-/// still carries the close flags (the closing side may repeat them).
-fn opens_connection(addr: &MoveAddress, data: &[u8]) -> bool {
+/// Whether a move into a closed DMB may start a new connection: anything but a CDC that
+/// still carries the close flags (the closing side repeats them).
+fn may_open_connection(addr: &MoveAddress, data: &[u8]) -> bool {
     !(is_cdc(addr, data) && closing_flags(data) != 0)
 }
 
@@ -115,6 +220,9 @@ impl Tracker {
                     zero_delays_ms: DelayHistogram::default(),
                     bytes: 0,
                     signals: 0,
+                    late_writes: 0,
+                    late_writes_after_zeroed: 0,
+                    foreign_cdcs: 0,
                     recent: Vec::new(),
                 },
                 closed_us: None,
@@ -122,6 +230,8 @@ impl Tracker {
                 scan_from: 0,
                 dirty_at: None,
                 looked_at: 0,
+                pending: None,
+                cursor: Cursor::default(),
             },
         );
     }
@@ -139,10 +249,13 @@ impl Tracker {
         vec![ObservedEvent::dmb(function, dmb.owner_gid, dmb.token, what)]
     }
 
-    /// Whether `data` at `addr` would open a new connection on a closed DMB.
+    /// Whether `data` at `addr` may be the first move of a new connection on a closed
+    /// DMB (the first since the close that is not a late CDC of the old one).
     pub fn wants_reuse_check(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> bool {
         self.dmbs.get(&dmb.token).is_some_and(|life| {
-            life.summary.state == ConnState::Closed && opens_connection(addr, data)
+            life.summary.state == ConnState::Closed
+                && life.pending.is_none()
+                && may_open_connection(addr, data)
         })
     }
 
@@ -160,7 +273,8 @@ impl Tracker {
         events
     }
 
-    /// The connection this move starts, if it starts one.
+    /// The connection this move starts, if it starts one; into a closed DMB, what the
+    /// peer's CDC decides about the moves since the close.
     fn opened(
         &mut self,
         dmb: &Dmb,
@@ -171,16 +285,44 @@ impl Tracker {
         let Some(life) = self.dmbs.get_mut(&dmb.token) else {
             return Vec::new();
         };
-        let s = &mut life.summary;
-        let starts_connection = match s.state {
-            ConnState::Fresh => true,
-            ConnState::Open => false,
-            ConnState::Closed => opens_connection(addr, data),
+        let reuse = match life.summary.state {
+            ConnState::Open => return Vec::new(),
+            ConnState::Fresh => {
+                life.cursor = Cursor::default();
+                None
+            }
+            ConnState::Closed => {
+                let check = reuse.unwrap_or(ReuseCheck::Unknown(Unread::NotRead));
+                if !is_cdc(addr, data) {
+                    // Not yet known whose: the peer's next CDC tells.
+                    let pending = life.pending.get_or_insert(Pending {
+                        since_us: now_us(),
+                        check,
+                        moves: 0,
+                        bytes: 0,
+                        cursor: Cursor::default(),
+                    });
+                    pending.moves += 1;
+                    pending.bytes += data.len() as u64;
+                    if let Some(end) = data_end(addr, data.len(), dmb.len) {
+                        pending.cursor.data_moved(end);
+                    }
+                    return Vec::new();
+                }
+                let pending = life.pending.take();
+                if closing_flags(data) != 0 {
+                    return vec![Self::late_write(life, pending)];
+                }
+                let (since_us, check, bytes, cursor) = pending
+                    .map_or((now_us(), check, 0, Cursor::default()), |p| {
+                        (p.since_us, p.check, p.bytes, p.cursor)
+                    });
+                life.cursor = cursor;
+                Some((since_us, check, bytes))
+            }
         };
-        if !starts_connection {
-            return Vec::new();
-        }
         let mut events = Vec::new();
+        let s = &mut life.summary;
         let conn = s.connections + 1;
         let mut record = ConnRecord {
             conn,
@@ -194,9 +336,10 @@ impl Tracker {
             zeroed_after_ms: None,
             not_zeroed: false,
         };
-        if s.state == ConnState::Closed {
+        if let Some((since_us, reuse, bytes)) = reuse {
+            record.opened_us = since_us;
+            record.bytes = bytes;
             s.reuses += 1;
-            let reuse = reuse.unwrap_or(ReuseCheck::Unknown(Unread::NotRead));
             let what = match reuse {
                 ReuseCheck::Read { stale, first } => {
                     record.reuse_clean = Some(stale == 0);
@@ -245,6 +388,57 @@ impl Tracker {
         events
     }
 
+    /// The closed connection's peer wrote again: `pending`'s data moves and a CDC that
+    /// repeats the close flags. Written after the owner zeroed the DMB, they are in a
+    /// buffer the owner's kernel has already put back in its pool.
+    fn late_write(life: &mut DmbLife, pending: Option<Pending>) -> ObservedEvent {
+        let (moves, bytes) = pending.map_or((0, 0), |p| (p.moves, p.bytes));
+        let after_zeroed = life
+            .summary
+            .recent
+            .last()
+            .is_some_and(|r| r.zeroed_after_ms.is_some());
+        let s = &mut life.summary;
+        s.late_writes += 1;
+        s.late_writes_after_zeroed += u64::from(after_zeroed);
+        if after_zeroed {
+            guest_log!(
+                Warn,
+                s.function,
+                s.gid,
+                "DMB {:#x}: the peer of closed connection {} wrote into it after it was zeroed",
+                s.token,
+                s.connections
+            );
+        }
+        s.event(What::LateWrite {
+            conn: s.connections,
+            moves: moves + 1,
+            bytes,
+            after_zeroed,
+        })
+    }
+
+    /// A CDC message that does not belong to the open connection (see `after_move`).
+    /// Its flags are not the connection's: the connection stays open in the host's view,
+    /// whatever the owner's kernel makes of the message.
+    fn foreign_cdc(life: &mut DmbLife, seen: u64, data: &[u8]) -> ObservedEvent {
+        let expected = life.cursor.expected();
+        let s = &mut life.summary;
+        s.foreign_cdcs += 1;
+        guest_log!(
+            Warn, s.function, s.gid,
+            "DMB {:#x}: a CDC message that is not connection {}'s (its producer cursor is at {seen}, the connection's data ends at {expected})",
+            s.token, s.connections
+        );
+        s.event(What::ForeignCdc {
+            conn: s.connections,
+            expected,
+            seen,
+            conn_state: data[cdc::CONN_STATE],
+        })
+    }
+
     fn after_move(&mut self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> Vec<ObservedEvent> {
         let Some(life) = self.dmbs.get_mut(&dmb.token) else {
             return Vec::new();
@@ -252,13 +446,29 @@ impl Tracker {
         life.summary.bytes += data.len() as u64;
         life.summary.signals += u64::from(addr.signal);
         if !is_cdc(addr, data) {
-            if let Some(record) = life.current() {
-                record.bytes += data.len() as u64;
+            // Into a closed DMB they are pending's until the peer's next CDC.
+            if life.summary.state == ConnState::Open {
+                if let Some(end) = data_end(addr, data.len(), dmb.len) {
+                    life.cursor.data_moved(end);
+                }
+                if let Some(record) = life.current() {
+                    record.bytes += data.len() as u64;
+                }
             }
             return Vec::new();
         }
+        if life.summary.state != ConnState::Open {
+            return Vec::new();
+        }
+        // A sender writes its data, then the CDC message whose producer cursor says where
+        // that data ends. A CDC message whose cursor is anywhere else was written by
+        // another connection's sender.
+        let seen = cdc_count(data);
+        if data_area(dmb.len).is_some() && !life.cursor.announce(seen) {
+            return vec![Self::foreign_cdc(life, seen, data)];
+        }
         let flags = closing_flags(data);
-        if life.summary.state != ConnState::Open || flags == 0 {
+        if flags == 0 {
             return Vec::new();
         }
         let how = if flags & cdc::PEER_CONN_ABORT != 0 {
@@ -389,8 +599,18 @@ mod tests {
     use super::*;
 
     fn cdc_msg(conn_state: u8) -> Vec<u8> {
+        cdc_at(conn_state, 0)
+    }
+
+    /// A CDC message whose producer cursor says `prod` bytes were sent (into a 64 KiB
+    /// DMB, whose data area is 65,504 bytes).
+    fn cdc_at(conn_state: u8, prod: u64) -> Vec<u8> {
         let mut m = vec![0u8; 32];
         m[0] = cdc::TYPE;
+        let wrap = u16::try_from(prod / 65504).unwrap();
+        let count = u32::try_from(prod % 65504).unwrap();
+        m[cdc::PROD_WRAP..cdc::PROD_WRAP + 2].copy_from_slice(&wrap.to_be_bytes());
+        m[cdc::PROD_COUNT..cdc::PROD_COUNT + 4].copy_from_slice(&count.to_be_bytes());
         m[cdc::CONN_STATE] = conn_state;
         m
     }
@@ -411,6 +631,258 @@ mod tests {
         assert!(is_cdc(&at0, &cdc_msg(0)));
         assert!(!is_cdc(&data_move, &cdc_msg(0)));
         assert!(!is_cdc(&at0, &[0xfe; 8]));
+    }
+
+    const TOKEN: u64 = 1 << 32;
+
+    fn dmb() -> Dmb {
+        Dmb {
+            token: TOKEN,
+            owner: 0,
+            owner_gid: 1,
+            rgid: 2,
+            rgid_generation: Some(0),
+            iova: 0x10000,
+            len: 65536,
+            sba_idx: 32,
+            vlan_valid: false,
+            vlan_id: 0,
+            registered_at_us: 0,
+        }
+    }
+
+    fn cdc_at0() -> MoveAddress {
+        MoveAddress {
+            token: TOKEN,
+            dmbe: 0,
+            signal: true,
+            offset: 0,
+        }
+    }
+
+    fn data_at(offset: u32) -> MoveAddress {
+        MoveAddress {
+            signal: false,
+            offset,
+            ..cdc_at0()
+        }
+    }
+
+    /// One move through the tracker as the fabric makes it: the reuse check taken only
+    /// where the tracker asks for one (`found` is what the DMB held then).
+    fn mv(t: &mut Tracker, addr: MoveAddress, data: &[u8], found: u64) -> Vec<What> {
+        let check = t
+            .wants_reuse_check(&dmb(), &addr, data)
+            .then_some(ReuseCheck::Read {
+                stale: found,
+                first: (found > 0).then_some(0),
+            });
+        t.moved(&dmb(), &addr, data, check)
+            .into_iter()
+            .map(|e| e.what)
+            .collect()
+    }
+
+    fn zeroed(t: &mut Tracker) {
+        let (events, _) = t.zero_scanned(&[(TOKEN, ZeroScan::Zero)]);
+        assert!(matches!(
+            events[..],
+            [ObservedEvent {
+                what: What::DmbZeroed { .. },
+                ..
+            }]
+        ));
+    }
+
+    fn kinds(whats: &[What]) -> Vec<&'static str> {
+        whats
+            .iter()
+            .map(|w| match w {
+                What::ConnOpened { .. } => "opened",
+                What::ConnClosed { .. } => "closed",
+                What::DmbReused { .. } => "reused",
+                What::LateWrite { .. } => "late",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    /// The `make faults` move-reject run that reported a 65,267-byte stale reuse
+    /// (issue 42, run 6): after the failed write the sender kept sending on the aborted
+    /// connection (data, then a CDC that repeats the abort flag), and its close wrote
+    /// one more abort CDC after the owner had zeroed the DMB. Neither is a connection;
+    /// the next real one finds what that last CDC left.
+    #[test]
+    fn an_aborted_connections_late_writes_are_not_a_new_connection() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        assert_eq!(kinds(&mv(&mut t, data_at(32), &[7; 4096], 0)), ["opened"]);
+        assert!(mv(&mut t, cdc_at0(), &cdc_at(0, 4096), 0).is_empty());
+        let abort = cdc_at(cdc::PEER_CONN_ABORT, 4096);
+        assert_eq!(kinds(&mv(&mut t, cdc_at0(), &abort, 0)), ["closed"]);
+        // The old connection's tail, onto its unzeroed bytes: pending until its CDC.
+        assert!(mv(&mut t, data_at(4128), &[7; 60000], 65267).is_empty());
+        let abort = cdc_at(cdc::PEER_CONN_ABORT, 64096);
+        let tail = mv(&mut t, cdc_at0(), &abort, 0);
+        assert_eq!(
+            tail,
+            [What::LateWrite {
+                conn: 1,
+                moves: 2,
+                bytes: 60000,
+                after_zeroed: false
+            }]
+        );
+        zeroed(&mut t);
+        // The close's abort CDC, into the buffer the owner had released.
+        let late = mv(&mut t, cdc_at0(), &abort, 0);
+        assert_eq!(
+            late,
+            [What::LateWrite {
+                conn: 1,
+                moves: 1,
+                bytes: 0,
+                after_zeroed: true
+            }]
+        );
+        // The next connection: its first data move is checked (7 bytes of that CDC
+        // still there), its first CDC makes it one.
+        assert!(mv(&mut t, data_at(32), &[1; 100], 7).is_empty());
+        let opened = mv(&mut t, cdc_at0(), &cdc_at(0, 100), 0);
+        assert_eq!(kinds(&opened), ["reused", "opened"]);
+        assert!(matches!(
+            opened[0],
+            What::DmbReused {
+                conn: 2,
+                clean: Some(false),
+                stale_bytes: 7,
+                ..
+            }
+        ));
+        let d = t.summary(TOKEN).unwrap();
+        assert_eq!((d.connections, d.reuses, d.stale_reuses), (2, 1, 1));
+        assert_eq!((d.late_writes, d.late_writes_after_zeroed), (2, 1));
+        assert_eq!(
+            d.recent[1].bytes, 100,
+            "the pending move counts for the new connection"
+        );
+        assert_eq!(
+            d.recent[0].bytes, 4096,
+            "the tail is not the old connection's data"
+        );
+    }
+
+    /// What `make faults`' late-write scenario shows: the old connection's close writes
+    /// its CDC message (abort flag, its own cursors) into the DMB after the owner handed
+    /// it to a new connection. The owner's kernel reads that message as the new
+    /// connection's; the host names it and keeps the new connection open.
+    #[test]
+    fn another_connections_cdc_in_an_open_dmb_is_foreign() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        mv(&mut t, data_at(32), &[7; 1000], 0);
+        mv(&mut t, cdc_at0(), &cdc_at(cdc::PEER_CONN_ABORT, 1000), 0);
+        zeroed(&mut t);
+        mv(&mut t, data_at(32), &[1; 64], 0);
+        assert_eq!(
+            kinds(&mv(&mut t, cdc_at0(), &cdc_at(0, 64), 0)),
+            ["reused", "opened"]
+        );
+        let old_close = cdc_at(cdc::PEER_CONN_ABORT | cdc::PEER_CONN_CLOSED, 18_087_952);
+        let foreign = mv(&mut t, cdc_at0(), &old_close, 0);
+        assert_eq!(
+            foreign,
+            [What::ForeignCdc {
+                conn: 2,
+                expected: 64,
+                seen: 18_087_952 % 65504,
+                conn_state: 0x60
+            }]
+        );
+        // The new connection goes on, and its own cursors are still its own.
+        mv(&mut t, data_at(96), &[1; 64], 0);
+        assert!(mv(&mut t, cdc_at0(), &cdc_at(0, 128), 0).is_empty());
+        let d = t.summary(TOKEN).unwrap();
+        assert_eq!(
+            (d.state, d.connections, d.foreign_cdcs),
+            (ConnState::Open, 2, 1)
+        );
+    }
+
+    #[test]
+    fn a_data_move_ends_where_the_next_cdc_cursor_must_point() {
+        // 65,504 bytes of data area in a 64 KiB DMB; the cursor's count is an offset in it.
+        assert_eq!(data_end(&data_at(32), 100, 65536), Some(100));
+        assert_eq!(
+            data_end(&data_at(32 + 65404), 100, 65536),
+            Some(0),
+            "to the end: wraps"
+        );
+        assert_eq!(data_end(&data_at(8), 8, 65536), None, "inside the CDC area");
+        assert_eq!(
+            data_end(&data_at(32), 1, 32),
+            None,
+            "a DMB with no data area"
+        );
+        assert_eq!(
+            cdc_count(&cdc_at(0, 2 * 65504 + 7)),
+            7,
+            "the wrap counts passes only"
+        );
+    }
+
+    /// After a failed write the sender writes the same data again from its old cursor:
+    /// the data moved in is then more than the cursor says, and the CDC is the
+    /// connection's own.
+    #[test]
+    fn data_written_again_after_a_failed_write_is_not_foreign() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        mv(&mut t, data_at(32), &[7; 4096], 0);
+        mv(&mut t, data_at(32 + 4096), &[7; 4096], 0);
+        // (the next write failed: no CDC, the cursor stays at 0; then both again)
+        mv(&mut t, data_at(32), &[7; 4096], 0);
+        mv(&mut t, data_at(32 + 4096), &[7; 8192], 0);
+        assert!(mv(&mut t, cdc_at0(), &cdc_at(0, 12288), 0).is_empty());
+        assert_eq!(t.summary(TOKEN).unwrap().foreign_cdcs, 0);
+    }
+
+    /// A write that failed half-way and was never written again: what landed of it is
+    /// not announced, and the sender's close still carries the cursor it had.
+    #[test]
+    fn a_close_after_a_failed_write_keeps_the_old_cursor_and_is_not_foreign() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        mv(&mut t, data_at(32), &[7; 100], 0);
+        mv(&mut t, cdc_at0(), &cdc_at(0, 100), 0);
+        mv(&mut t, data_at(132), &[7; 4096], 0);
+        let close = mv(
+            &mut t,
+            cdc_at0(),
+            &cdc_at(cdc::PEER_CONN_ABORT | cdc::PEER_CONN_CLOSED, 100),
+            0,
+        );
+        assert_eq!(kinds(&close), ["closed"]);
+    }
+
+    /// A new connection whose first write is its CDC (it received before it sent) is
+    /// checked before that CDC, as before.
+    #[test]
+    fn a_reuse_that_starts_with_a_cdc_is_checked_before_it() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        mv(&mut t, cdc_at0(), &cdc_msg(0), 0);
+        mv(&mut t, cdc_at0(), &cdc_msg(cdc::PEER_CONN_CLOSED), 0);
+        zeroed(&mut t);
+        let opened = mv(&mut t, cdc_at0(), &cdc_msg(0), 0);
+        assert_eq!(kinds(&opened), ["reused", "opened"]);
+        assert!(matches!(
+            opened[0],
+            What::DmbReused {
+                clean: Some(true),
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -69,6 +69,25 @@ pub enum What {
         conn: u64,
         watched_ms: f64,
     },
+    /// The peer of closed connection `conn` wrote into the DMB again: `moves` moves with
+    /// `bytes` data bytes, the last a CDC that repeats the close flags. `after_zeroed`:
+    /// the owner had zeroed the DMB since the close, so its kernel had released it.
+    LateWrite {
+        conn: u64,
+        moves: u64,
+        bytes: u64,
+        after_zeroed: bool,
+    },
+    /// A CDC message landed in the DMB while connection `conn` was using it, but its
+    /// producer cursor (`seen`, bytes) is not where that connection's data ends
+    /// (`expected`): another connection's sender wrote it, and the owner's kernel reads
+    /// it as `conn`'s. `conn_state` is its connection-state byte (0x20: abort).
+    ForeignCdc {
+        conn: u64,
+        expected: u64,
+        seen: u64,
+        conn_state: u8,
+    },
     /// Lines of this function the stream dropped (over its rate; `function` is `-` for
     /// lines lost while the writer was behind).
     EventsDropped {

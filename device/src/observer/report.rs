@@ -250,6 +250,8 @@ impl fmt::Display for ConnsTable<'_> {
 /// into the exit status).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VerdictKind {
+    /// A connection's CDC message landed in a DMB that another connection was using.
+    Crossed,
     /// A reused DMB still held an earlier connection's bytes.
     Stale,
     /// Some reuse could not be checked, none was seen stale.
@@ -263,7 +265,9 @@ pub enum VerdictKind {
 impl VerdictKind {
     pub fn of(snap: &Snapshot) -> Self {
         let sum = |field: fn(&DmbSummary) -> u64| snap.dmbs.iter().map(field).sum::<u64>();
-        if sum(|d| d.stale_reuses) > 0 {
+        if sum(|d| d.foreign_cdcs) > 0 {
+            Self::Crossed
+        } else if sum(|d| d.stale_reuses) > 0 {
             Self::Stale
         } else if sum(|d| d.unchecked_reuses) > 0 {
             Self::Unknown
@@ -294,7 +298,22 @@ impl fmt::Display for Verdict<'_> {
             sum(|d| d.stale_reuses),
             sum(|d| d.unchecked_reuses)
         )?;
+        // Only when there were any: a peer writing after its connection closed is the
+        // usual cause of a stale reuse on kernels that zero at release.
+        let late = sum(|d| d.late_writes);
+        if late > 0 {
+            writeln!(
+                out,
+                "{late} late writes by a closed connection's peer ({} after the owner zeroed the DMB)",
+                sum(|d| d.late_writes_after_zeroed)
+            )?;
+        }
         match VerdictKind::of(self.0) {
+            VerdictKind::Crossed => writeln!(
+                out,
+                "VERDICT: CROSSED — {} CDC message(s) landed in a DMB that another connection was using",
+                sum(|d| d.foreign_cdcs)
+            ),
             VerdictKind::Stale => writeln!(
                 out,
                 "VERDICT: STALE — a reused DMB still held an earlier connection's bytes"

@@ -46,6 +46,18 @@ pub struct DmbSummary {
     pub zero_delays_ms: DelayHistogram,
     pub bytes: u64,
     pub signals: u64,
+    /// Writes of a closed connection's peer after the close (a CDC repeating the close
+    /// flags, with any data moves before it): the `late_write` events.
+    #[serde(default)]
+    pub late_writes: u64,
+    /// Those of them that came after the owner had zeroed the DMB, that is, into a
+    /// buffer its kernel had released to its pool.
+    #[serde(default)]
+    pub late_writes_after_zeroed: u64,
+    /// CDC messages into an open connection's DMB whose producer cursor is not that
+    /// connection's: another connection's sender wrote them (`foreign_cdc` events).
+    #[serde(default)]
+    pub foreign_cdcs: u64,
     /// The most recent connections, oldest first (at most `RECENT_CONNS`).
     pub recent: Vec<ConnRecord>,
 }

@@ -339,10 +339,18 @@ pub fn next_reply_is_the_next_commands(g: &mut Guest) {
 /// The CDC message's conn_state flag that closes a connection.
 pub const CDC_CLOSED: u8 = 0x40;
 
-/// A CDC message as the peer writes it at DMB offset 0, with `conn_state`.
+/// A CDC message as the peer writes it at DMB offset 0, with `conn_state`, before it
+/// sent any data.
 pub fn cdc(conn_state: u8) -> Vec<u8> {
+    cdc_after(conn_state, 0)
+}
+
+/// A CDC message whose producer cursor says `sent` data bytes were written (less than
+/// one pass over the DMB: wrap 0, count `sent`).
+pub fn cdc_after(conn_state: u8, sent: u32) -> Vec<u8> {
     let mut m = vec![0u8; 32];
     m[0] = 0xfe;
+    m[10..14].copy_from_slice(&sent.to_be_bytes());
     m[23] = conn_state;
     m
 }
@@ -350,9 +358,11 @@ pub fn cdc(conn_state: u8) -> Vec<u8> {
 /// One SMC-D-shaped connection by `peer` on `dmb`: `payload` after the CDC area, a CDC
 /// message that opens it and one that closes it.
 pub fn connection(peer: &mut Guest, dmb: &Dmb, payload: &[u8]) {
+    let sent = u32::try_from(payload.len()).unwrap();
     peer.move_data(dmb.token, 32, payload, false).unwrap();
-    peer.move_data(dmb.token, 0, &cdc(0), true).unwrap();
-    peer.move_data(dmb.token, 0, &cdc(CDC_CLOSED), true)
+    peer.move_data(dmb.token, 0, &cdc_after(0, sent), true)
+        .unwrap();
+    peer.move_data(dmb.token, 0, &cdc_after(CDC_CLOSED, sent), true)
         .unwrap();
 }
 

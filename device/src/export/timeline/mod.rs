@@ -188,7 +188,9 @@ impl TimelineBuilder {
             | What::ConnClosed { .. }
             | What::DmbZeroed { .. }
             | What::DmbNotZeroed { .. }
-            | What::DmbReused { .. }) => {
+            | What::DmbReused { .. }
+            | What::LateWrite { .. }
+            | What::ForeignCdc { .. }) => {
                 let Some(token) = line.token else {
                     log::warn!("a DMB event without a token: skipped");
                     return;

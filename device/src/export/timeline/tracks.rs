@@ -167,6 +167,38 @@ impl Track {
                 let instant = TraceEvent::instant(name, "zeroing", at, t, Scope::Thread);
                 events.push(instant.arg("conn", conn).arg("watched_ms", watched_ms));
             }
+            What::LateWrite {
+                conn,
+                moves,
+                bytes,
+                after_zeroed,
+            } => {
+                let name = if after_zeroed {
+                    "late write after zeroing"
+                } else {
+                    "late write"
+                };
+                let instant = TraceEvent::instant(name.into(), "late", at, t, Scope::Thread)
+                    .arg("conn", conn)
+                    .arg("moves", moves)
+                    .arg("bytes", bytes)
+                    .arg("after_zeroed", after_zeroed);
+                events.push(instant);
+            }
+            What::ForeignCdc {
+                conn,
+                expected,
+                seen,
+                conn_state,
+            } => {
+                let name = "FOREIGN CDC".to_string();
+                let instant = TraceEvent::instant(name, "crossed", at, t, Scope::Thread)
+                    .arg("conn", conn)
+                    .arg("expected", expected)
+                    .arg("seen", seen)
+                    .arg("conn_state", conn_state);
+                events.push(instant);
+            }
             What::DmbReused {
                 conn,
                 clean,

@@ -1,0 +1,115 @@
+//! Traces of real guests' runs (`serve --trace`, under `make faults`), replayed through
+//! the binary: what the host says about each is pinned here, so that an observer change
+//! that would misread them fails a test instead of a user's run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use vmm_sys_util::tempdir::TempDir;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ism-emu");
+
+/// Unpacks `device/tests/data/NAME.gz` (Debian's gzip: the traces are kept compressed).
+fn unpack(dir: &Path, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(format!("{name}.gz"));
+    let out = Command::new("gzip")
+        .arg("-dc")
+        .arg(&src)
+        .output()
+        .expect("gzip runs");
+    assert!(out.status.success(), "gzip -dc {}", src.display());
+    let path = dir.join(name);
+    std::fs::write(&path, out.stdout).unwrap();
+    path
+}
+
+/// Replays `trace`: what it printed, and its event stream.
+fn replay(trace: &Path) -> (String, Vec<Value>) {
+    let events = trace.with_extension("replayed.jsonl");
+    let out = Command::new(BIN)
+        .arg("replay")
+        .arg(trace)
+        .arg("--events")
+        .arg(&events)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "replay failed:\n{stdout}");
+    let lines = std::fs::read_to_string(&events).unwrap();
+    let events = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (stdout, events)
+}
+
+fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["kind"] == kind).collect()
+}
+
+/// `make faults` scenario late-write on stock 6.12 (issue 42): b's data move fails, a
+/// gives up, b's next CDC message carries the abort, a releases its DMB and takes it for
+/// an echo connection with b; 10 s later b closes the failed connection, and that close's
+/// CDC message (b's old producer cursor, the abort flag) lands in the echo connection's
+/// DMB. a's kernel read it as the echo connection's own.
+///
+/// Before the host knew CDC cursors it took that message for the echo connection's
+/// abort, and the echo connection's next move for a new connection on a DMB full of the
+/// echo's bytes: a STALE reuse of a connection that never existed, and no word of the
+/// message that did the harm.
+#[test]
+fn an_old_connections_close_in_a_reused_dmb_is_crossed_not_a_stale_reuse() {
+    let dir = TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-recorded-")).unwrap();
+    let trace = unpack(dir.as_path(), "late-write-6.12-stock.trace.jsonl");
+    let (stdout, events) = replay(&trace);
+    assert!(stdout.contains("0 differ from the recording"), "{stdout}");
+    assert!(stdout.contains("VERDICT: CROSSED"), "{stdout}");
+
+    let foreign = of_kind(&events, "foreign_cdc");
+    assert_eq!(foreign.len(), 1, "{foreign:?}");
+    let f = foreign[0];
+    assert_eq!(
+        (f["function"].as_str(), f["token"].as_str()),
+        (Some("ism0"), Some("0x100000000"))
+    );
+    assert_eq!(f["conn"], 2, "the echo connection");
+    assert_eq!(f["conn_state"], 0x20, "the old connection's abort flag");
+    assert_eq!(
+        f["seen"],
+        25_160_208 % 65_504,
+        "the failed stream's producer cursor"
+    );
+    assert!(
+        f["expected"].as_u64().unwrap() < 65536,
+        "the echo's few bytes"
+    );
+
+    let a_dmb = |kind| -> Vec<&Value> {
+        of_kind(&events, kind)
+            .into_iter()
+            .filter(|e| e["token"] == "0x100000000")
+            .collect()
+    };
+    // One reuse, by the echo connection, clean: a zeroed the DMB at release.
+    let reuses = a_dmb("dmb_reused");
+    assert_eq!(reuses.len(), 1, "{reuses:?}");
+    assert_eq!(
+        (&reuses[0]["conn"], &reuses[0]["clean"]),
+        (&Value::from(2), &Value::from(true))
+    );
+    assert_eq!(
+        a_dmb("conn_opened").len(),
+        2,
+        "the stream and the echo, no third"
+    );
+    // The stream's close is the abort b's next CDC message carried.
+    let closed = a_dmb("conn_closed");
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(
+        (&closed[0]["conn"], &closed[0]["how"]),
+        (&Value::from(1), &Value::from("abort"))
+    );
+}
