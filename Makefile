@@ -24,13 +24,13 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults \
-	bug-livelock bug-chid0 hops lint clean \
+	bug-livelock bug-lateabort bug-chid0 hops lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: README.md; defaults: scripts/config.sh."
@@ -78,6 +78,7 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	python3 scripts/test_experiment.py
 	python3 scripts/test_check_e2e.py
 	python3 scripts/test_hops.py
+	python3 scripts/test_reuse_verdict.py
 	python3 scripts/test_bench_guests.py
 	/usr/bin/python3 scripts/test_timeline.py
 
@@ -187,6 +188,17 @@ bug-livelock: qemu emulator ## the net/smc rx livelock: stock wedges (the known 
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
 	done; done
 	scripts/bug-livelock.sh $(foreach k,$(BUG_LINES),$(k):stock $(k):rxabort-fix)
+
+# An aborted SMC-D connection's last CDC message in a reused DMB (docs/known-bugs.md,
+# section 3; guest-tests/kernel/patches/lateabort-fix): make faults' late-write and
+# move-reject scenarios on each line of BUG_LINES, stock (the bug shows: late-write's new
+# connection reads bytes never sent, the host's verdict CROSSED, explained) and with
+# VARIANT=lateabort-fix (refused by the device: every verdict CLEAN).
+bug-lateabort: qemu emulator ## an aborted connection's last CDC in a reused DMB: stock crosses it, lateabort-fix refuses it
+	for k in $(BUG_LINES); do for v in stock lateabort-fix; do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
+		KERNEL=$$k VARIANT=$$v scripts/faults.sh late-write move-reject || exit 1; \
+	done; done
 
 # The known net/smc CHID-0 accept bug (upstream 277740023def; docs/known-bugs.md), with a
 # crafted peer (5.10 VARIANT=chid0-peer answers SMC-Dv2 with CHID 0): the client on stock

@@ -11,6 +11,11 @@
 #   move-reject   one data move of a long stream fails (cc 1, waited as on ISM): the
 #                 connection stalls on both sides until their I/O timeouts, no lost
 #                 byte is read, and new connections work
+#   late-write    the same failed move, with the closes in a fixed order: the sender's
+#                 close writes its last CDC message into the DMB the receiver released
+#                 and a new connection took (docs/known-bugs.md, section 3): on stock
+#                 kernels the new connection reads bytes never sent; lateabort-fix
+#                 (VARIANT) makes the device refuse that message
 #   gid-disabled  a GID-disabled event for a peer that is still there, mid-stream: the
 #                 connection to it is torn down, and new connections work
 #   irq-drop      every 10th interrupt to the receiver is dropped: the next one recovers
@@ -18,13 +23,15 @@
 #                 that waits for it (nothing: it times out), and new connections work
 #   slow          every move of the sender delayed 300 us and every interrupt to the
 #                 receiver 5 ms: everything still passes
-# (default: all). Environment: KERNEL, VARIANT, FAULTS_DIR (logs, default build/faults),
+# (default: all). Every scenario also asserts the host's reuse verdict: CLEAN, or each
+# stale reuse and foreign CDC message explained by a known bug the scenario reaches
+# (scripts/reuse_verdict.py). Environment: KERNEL, VARIANT, FAULTS_DIR (logs, default build/faults),
 # GUEST_TIMEOUT, RESULTS_DIR / RESULTS_NAME (KTAP and JUnit, default faults-<kernel>).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
 help_and_no_options "$@"
-ALL_SCENARIOS=(reg-dmb move-reject gid-disabled irq-drop irq-stall slow)
+ALL_SCENARIOS=(reg-dmb move-reject late-write gid-disabled irq-drop irq-stall slow)
 scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=("${ALL_SCENARIOS[@]}")
 for s in "${scenarios[@]}"; do one_of scenario "$s" "${ALL_SCENARIOS[@]}"; done
@@ -43,6 +50,8 @@ fault() { "$EMU_BIN" fault --control "$RUN_DIR/control.sock" "$@"; }
 
 # Both guests run smcfault SCENARIO: a (10.0.0.1, ism0) serves, b (10.0.0.2, ism1) connects.
 pair_start() {
+    # Every run is recorded: the trace of a failure is its bug report (docs/trace.md).
+    EMU_EXTRA+=(--trace "$RUN_DIR/trace.jsonl")
     emu_start 2
     guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcfault server 10.0.0.1 "$1"
     guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcfault client 10.0.0.1 "$1"
@@ -121,7 +130,7 @@ run_reg_dmb() {
 run_broken_stream() {   # SPEC
     pair_start "$SCENARIO"
     python3 "$REPO_ROOT/scripts/wait_stream.py" "$EMU_BIN" "$RUN_DIR/control.sock" \
-        --function ism1 --min-bytes $((8 << 20)) --timeout 180
+        --function ism1 --min-bytes "${STREAM_MIN_BYTES:-$((8 << 20))}" --timeout 180
     record_check stream_started $? "b's stream reached the device" \
         || { warn "$SCENARIO: the stream never started"; failures=1; pair_wait; return 1; }
     fault add "$1" >"$RUN_DIR/fault-add.out" 2>&1
@@ -207,6 +216,43 @@ run_move_reject() {
     fault_event '"fault":"move@ism1,signal=no,next=1".*rejected'
 }
 
+run_late_write() {
+    # A short stream before the fault keeps the recorded trace small (it is the
+    # regression test's data: device/tests/data/).
+    STREAM_MIN_BYTES=$((1 << 20)) run_broken_stream "move@ism1,signal=no,next=1" || return 1
+    # The order is fixed (smcfault late-write): a's I/O timeout is 5 s, b's 30 s, and b
+    # holds its failed connection 10 s, while b's echo connection (one round every
+    # 100 ms) runs on the DMB a released. Then b's close writes its CDC message into that
+    # DMB (docs/known-bugs.md, "An aborted connection's last CDC message").
+    expect a_gave_up_first "$RUN_DIR/a.console.log" '^SUMMARY test=stream side=server .*recv: (timed out|unexpected EOF after)'
+    expect b_held_its_failed_connection "$RUN_DIR/b.console.log" '^HELD test=stream idx=0 side=client'
+    local foreign
+    foreign="$(grep -c '"kind":"foreign_cdc"' "$RUN_DIR/events.jsonl")"
+    if [ "$VARIANT" = lateabort-fix ]; then
+        # a unregisters the aborted connection's DMB: the device refuses b's last CDC
+        # message, and the echo connection, on another DMB, runs to its end.
+        [ "$foreign" = 0 ]
+        record_check no_foreign_cdc $? "no foreign_cdc event (found $foreign)" || failures=1
+        local g
+        for g in a b; do
+            expect "${g}_echo_intact" "$RUN_DIR/$g.console.log" '^FAULT: PHASE after rc=0[[:space:]]*$'
+        done
+        grep -qE "unknown DMB token" "$RUN_DIR/emulator.log"
+        record_check late_cdc_refused $? "the emulator refused b's CDC message into the unregistered DMB (emulator.log)" || failures=1
+        outcome "lateabort-fix: $(grep -E '^SUMMARY test=echo side=server' "$RUN_DIR/a.console.log" | grep -oE 'conns=[0-9]+ smcd=[0-9]+|failed=[0-9]+|rounds=[0-9]+' | xargs)"
+    else
+        # The known bug, every time: b's close lands in a's echo connection's DMB (the
+        # host sees a CDC message whose cursor is not the connection's, with the abort
+        # flag); a's kernel reads it as its own: the echo connection reads bytes b never
+        # sent (zero bytes where the request was), then is reset.
+        [ "$foreign" -ge 1 ]
+        record_check foreign_cdc_seen $? "the host saw b's old CDC message land in the echo connection's DMB ($foreign foreign_cdc events)" || failures=1
+        expect a_echo_read_bytes_never_sent "$RUN_DIR/a.console.log" '^SUMMARY test=echo side=server .*FAIL first_error=conn 0: echo round [0-9]+: (request mismatch|recv: unexpected EOF|recv: Connection reset)'
+        outcome "a's echo connection: $(grep -E '^SUMMARY test=echo side=server' "$RUN_DIR/a.console.log" | grep -oE 'first_error=.*' | cut -c1-160)"
+        outcome "host: $(grep -m1 '"kind":"foreign_cdc"' "$RUN_DIR/events.jsonl" | grep -oE '"(conn|expected|seen|conn_state)":[0-9]+' | xargs)"
+    fi
+}
+
 run_gid_disabled() {
     run_broken_stream "gid-disabled@ism1,peer=ism0" || return 1
     # b's kernel, told that a's GID is gone, kills its connections to a at once; a is
@@ -271,11 +317,30 @@ run_irq_stall() {
     fault_event '"function":"ism1".*interrupt for token'
 }
 
+# host_reuse_verdict: the host's verdict on every DMB reuse of the scenario must be
+# CLEAN (or no reuse), or every stale reuse and foreign CDC message explained by a known
+# kernel bug the scenario reaches (scripts/reuse_verdict.py, docs/faults.md "The host's
+# verdict"). An abort reaches late-cdc on kernels without the lateabort-fix: move-reject
+# some of the time (when the sender closes after the owner released the DMB), late-write
+# every time.
+host_reuse_verdict() {
+    observe summary >"$RUN_DIR/summary.txt" 2>&1 || true
+    local allow=()
+    case "$SCENARIO:$VARIANT" in
+        *:lateabort-fix) ;;
+        move-reject:* | late-write:*) allow=(--allow late-cdc) ;;
+    esac
+    local st=0
+    python3 "$REPO_ROOT/scripts/reuse_verdict.py" "$RUN_DIR/events.jsonl" "${allow[@]}" >"$RUN_DIR/verdict.txt" || st=$?
+    record_check host_reuse_verdict "$st" "$(cat "$RUN_DIR/verdict.txt")" || failures=1
+    outcome "$(cat "$RUN_DIR/verdict.txt")"
+}
+
 failed=()
 run_dirs=()
 for SCENARIO in "${scenarios[@]}"; do
     case "$SCENARIO" in
-        reg-dmb | move-reject | gid-disabled | irq-drop | irq-stall | slow) ;;
+        reg-dmb | move-reject | late-write | gid-disabled | irq-drop | irq-stall | slow) ;;
         *) die "unknown scenario '$SCENARIO' (${ALL_SCENARIOS[*]})" ;;
     esac
     topo_init "$FAULTS_DIR/$SCENARIO-$(kernel_suffix)"
@@ -285,6 +350,7 @@ for SCENARIO in "${scenarios[@]}"; do
     EMU_EXTRA=()
     # (|| keeps a failing check inside from ending the script: errexit is off in it)
     "run_${SCENARIO//-/_}" || failures=1
+    host_reuse_verdict
     kill -0 "$EMU_PID" 2>/dev/null
     record_check emulator_alive $? "the emulator served the whole scenario" || failures=1
     emu_stop && st=0 || st=$?

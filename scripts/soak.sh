@@ -26,6 +26,8 @@
 # pair's stream size, 2M), SOAK_MANY_BYTES (per connection, 2M), SOAK_MANY_CONNS (per
 # pair, 2), GUEST_MEM (384M), GUEST_SMP (2), KERNEL, VARIANT, SOAK_DIR (build/soak).
 #
+# kill-return and many also assert the host's reuse verdict (observe summary --check):
+# CLEAN or no reuse.
 # Each scenario prints one summary line ("soak <scenario>: ... PASS|FAIL"), also
 # appended to SOAK_DIR/summary.txt; kill-return also one line per round
 # (SOAK_DIR/kill-return/rounds.txt), so an interrupted run still has its figures.
@@ -443,7 +445,18 @@ for sc in "${scenarios[@]}"; do
         emu-death) run_emu_death || rc=1 ;;
         *) die "unknown scenario '$sc' (kill-return, many, emu-death)" ;;
     esac
-    observe summary >"$RUN_DIR/summary.txt" 2>&1 || true
+    # The host's reuse verdict from the snapshot (complete even where the event stream
+    # dropped lines): CLEAN or no reuse, nothing stale, crossed or unchecked. Not for
+    # emu-death, whose emulator is gone.
+    if [ "$sc" = emu-death ]; then
+        observe summary >"$RUN_DIR/summary.txt" 2>&1 || true
+    else
+        vst=0
+        observe summary --check >"$RUN_DIR/summary.txt" 2>&1 || vst=$?
+        verdict="$(grep -m1 '^VERDICT' "$RUN_DIR/summary.txt" || echo "no verdict (status $vst)")"
+        summary "soak $sc: host $verdict"
+        [ "$vst" -eq 0 ] || { warn "soak $sc: the host's reuse verdict is not clean (status $vst)"; rc=1; }
+    fi
     emu_stop || rc=1
     topo_cleanup
     if [ "$rc" -eq 0 ]; then

@@ -42,7 +42,9 @@ void usage(FILE *f)
 "  --rounds=N            echo round trips per connection (echo 1000, seq 10, concurrent 10, stream 0)\n"
 "  --size=N[K|M]         echo message size (echo 1K, seq 4K, concurrent 1K)\n"
 "  --seed=N              pattern seed (default 1)\n"
-"  --pause-ms=N          pause between sequential connections (default 0)\n"
+"  --pause-ms=N          pause between sequential connections, echo rounds or stream chunks (default 0)\n"
+"  --chunk=N[K]          client: bytes per send() in the stream phase (default 64K)\n"
+"  --hold-on-error=S     client: keep a connection that failed open S seconds before closing it (default 0)\n"
 "  --connect-timeout=S   keep retrying connect for S seconds (default 60)\n"
 "  --attempt-timeout=S   one connect attempt (default 10)\n"
 "  --accept-timeout=S    wait up to S seconds for each connection (default 300)\n"
@@ -199,6 +201,10 @@ void parse_args(int argc, char **argv)
 			if (parse_u64(val, &o->seed)) die_usage("bad --seed '%s'", val);
 		} else if (!strcmp(key, "pause-ms")) {
 			o->pause_ms = get_int(key, val, 0, 3600000);
+		} else if (!strcmp(key, "chunk")) {
+			o->chunk = get_int(key, val, 1, 64 << 10);
+		} else if (!strcmp(key, "hold-on-error")) {
+			o->hold_on_error = get_int(key, val, 0, 3600);
 		} else if (!strcmp(key, "connect-timeout")) {
 			o->connect_timeout = get_int(key, val, 0, 86400);
 		} else if (!strcmp(key, "attempt-timeout")) {

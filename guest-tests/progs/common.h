@@ -38,7 +38,9 @@ struct opts {
 	int accept_timeout;  /* s: wait for each incoming connection */
 	int io_timeout;      /* s: SO_RCVTIMEO / SO_SNDTIMEO */
 	int watchdog;        /* s: alarm() for the whole program, 0 = off */
-	int pause_ms;        /* seq: pause between connections */
+	int pause_ms;        /* seq: pause between connections; echo: rounds; stream: chunks */
+	int chunk;           /* stream: bytes per send(), 0 = 64 KiB */
+	int hold_on_error;   /* s: client keeps a failed connection open before close */
 	int allow_fallback;  /* local testing only: TCP fallback is not an error */
 	int tcp;             /* local testing only: AF_INET sockets, no SMC check */
 	int quiet;

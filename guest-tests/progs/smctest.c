@@ -685,7 +685,8 @@ static void client_conn(int idx)
 
 	uint64_t sseed = stream_seed(g_opt.seed, (uint32_t)idx);
 	while (sent < g_opt.bytes) {
-		size_t n = g_opt.bytes - sent > CHUNK ? CHUNK : (size_t)(g_opt.bytes - sent);
+		size_t chunk = g_opt.chunk ? (size_t)g_opt.chunk : CHUNK;
+		size_t n = g_opt.bytes - sent > chunk ? chunk : (size_t)(g_opt.bytes - sent);
 
 		pattern_fill(sseed, sent, buf, n);
 		h = fnv1a64(h, buf, n);
@@ -695,6 +696,8 @@ static void client_conn(int idx)
 			goto diag;
 		}
 		sent += n;
+		if (g_opt.test == T_STREAM && g_opt.pause_ms)
+			sleep_ms(g_opt.pause_ms);
 	}
 	r.checksum = h;
 
@@ -709,6 +712,8 @@ static void client_conn(int idx)
 			goto diag;
 		}
 		lat[i] = now_s() - sent_at;
+		if (g_opt.test == T_ECHO && g_opt.pause_ms)
+			sleep_ms(g_opt.pause_ms);
 		if (memcmp(buf, rbuf, size)) {
 			size_t d = first_diff(rbuf, buf, size);
 
@@ -750,6 +755,15 @@ static void client_conn(int idx)
 diag:
 	/* still open: ask the kernel how this connection ran */
 	check_mode(fd, &r, modeline, sizeof(modeline));
+	if (!r.ok && g_opt.hold_on_error) {
+		/* A failed connection's close is a step of its own in net/smc (an abort
+		 * sends one more CDC message): let a test place it after other events. */
+		err_line("conn %d: failed; holding it open %d s before close (--hold-on-error)", idx,
+			 g_opt.hold_on_error);
+		sleep_ms(g_opt.hold_on_error * 1000);
+		out_line("HELD test=%s idx=%d side=client: closing the failed connection now", g_opt.test_name,
+			 idx);
+	}
 	if (close(fd))
 		fail(&r, "close: %s", strerror(errno));
 	if (!r.mode_ok && r.ok)

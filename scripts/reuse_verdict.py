@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The host's reuse verdict of one run, from its event stream, with named exceptions.
+
+Usage: scripts/reuse_verdict.py EVENTS.jsonl [--allow late-cdc]
+
+Prints one line, "host: VERDICT ..." and what explains each exception, and exits 0 when
+the verdict is CLEAN or no reuse, or every stale reuse and foreign CDC message is
+explained by an allowed exception; 1 otherwise (an unexplained STALE or CROSSED, or an
+UNKNOWN: an unchecked reuse is never clean); 2 on a usage error.
+
+Exceptions (each a known kernel bug, docs/known-bugs.md):
+  late-cdc  an aborted connection's peer writes a last CDC message after the owner
+            released the DMB ("An aborted connection's last CDC message"). It explains
+            a stale reuse whose stale bytes all lie in the CDC area (at most 32 bytes
+            from offset 0) when the DMB's last late write before it came after the
+            owner had zeroed it; and a foreign CDC message that carries the abort or
+            closed flag (an old connection's close).
+"""
+import argparse
+import json
+import sys
+
+CDC_LEN = 32
+CLOSING = 0x20 | 0x40  # peer_conn_abort | peer_conn_closed
+
+
+def judge(lines, allowed):
+    """(verdict, explained, unexplained): counts and texts for one run's events."""
+    late_after_zero = {}  # token -> the last late write's after_zeroed
+    reuses = stale = unchecked = crossed = 0
+    explained, unexplained = [], []
+    for line in lines:
+        kind, token = line.get("kind"), line.get("token")
+        where = f"{line.get('function')} DMB {token}"
+        if kind == "late_write":
+            late_after_zero[token] = bool(line.get("after_zeroed"))
+        elif kind == "dmb_reused":
+            reuses += 1
+            if line.get("clean") is None:
+                unchecked += 1
+                unexplained.append(f"{where} conn {line.get('conn')}: unchecked ({line.get('unknown')})")
+            elif line.get("clean") is False:
+                stale += 1
+                what = f"{where} conn {line.get('conn')}: {line.get('stale_bytes')} stale bytes"
+                in_cdc_area = line.get("first_stale_offset") == 0 and line.get("stale_bytes", 0) <= CDC_LEN
+                if "late-cdc" in allowed and in_cdc_area and late_after_zero.get(token):
+                    explained.append(f"{what}, a late CDC message (known bug late-cdc)")
+                else:
+                    unexplained.append(what)
+        elif kind == "foreign_cdc":
+            crossed += 1
+            what = (f"{where} conn {line.get('conn')}: foreign CDC message "
+                    f"(cursor {line.get('seen')}, the connection's {line.get('expected')}, "
+                    f"flags {line.get('conn_state', 0):#04x})")
+            if "late-cdc" in allowed and line.get("conn_state", 0) & CLOSING:
+                explained.append(f"{what}, an old connection's close (known bug late-cdc)")
+            else:
+                unexplained.append(what)
+    if crossed:
+        verdict = "CROSSED"
+    elif stale:
+        verdict = "STALE"
+    elif unchecked:
+        verdict = "UNKNOWN"
+    elif reuses:
+        verdict = "CLEAN"
+    else:
+        verdict = "no reuse"
+    return verdict, reuses, explained, unexplained
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("events")
+    ap.add_argument("--allow", action="append", default=[], choices=["late-cdc"])
+    args = ap.parse_args(argv)
+    try:
+        with open(args.events, encoding="utf-8") as f:
+            lines = [json.loads(l) for l in f if l.strip()]
+    except (OSError, ValueError) as e:
+        print(f"reuse_verdict: {args.events}: {e}", file=sys.stderr)
+        return 2
+    verdict, reuses, explained, unexplained = judge(lines, set(args.allow))
+    text = f"host: {verdict} ({reuses} reuses)"
+    if explained:
+        text += "; explained: " + "; ".join(explained)
+    if unexplained:
+        text += "; NOT EXPLAINED: " + "; ".join(unexplained)
+    print(text)
+    return 1 if unexplained else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""reuse_verdict.py (make unit): the host's verdict of recorded make faults runs, and
+what may and may not explain a stale reuse or a foreign CDC message."""
+
+import json
+import os
+import pathlib
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reuse_verdict  # noqa: E402
+
+DATA = pathlib.Path(__file__).resolve().parent / "testdata" / "faults"
+
+
+def events(name):
+    with open(DATA / name, encoding="utf-8") as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def reused(conn, stale, first=0, token="0x1"):
+    return {"kind": "dmb_reused", "function": "ism0", "token": token, "conn": conn,
+            "clean": stale == 0, "stale_bytes": stale, "first_stale_offset": first if stale else None}
+
+
+def late(after_zeroed, token="0x1"):
+    return {"kind": "late_write", "function": "ism0", "token": token, "conn": 1,
+            "moves": 1, "bytes": 0, "after_zeroed": after_zeroed}
+
+
+class RecordedRuns(unittest.TestCase):
+    def test_move_reject_stale_by_a_late_cdc_is_explained_only_when_allowed(self):
+        lines = events("move-reject-stale-6.12.events.jsonl")
+        verdict, _, explained, unexplained = reuse_verdict.judge(lines, set())
+        self.assertEqual(verdict, "STALE")
+        self.assertEqual(len(unexplained), 1)
+        verdict, _, explained, unexplained = reuse_verdict.judge(lines, {"late-cdc"})
+        self.assertEqual((verdict, len(explained), unexplained), ("STALE", 1, []))
+
+    def test_late_write_is_crossed_by_an_old_connections_close(self):
+        lines = events("late-write-6.12.events.jsonl")
+        verdict, _, explained, unexplained = reuse_verdict.judge(lines, {"late-cdc"})
+        self.assertEqual((verdict, unexplained), ("CROSSED", []))
+        self.assertIn("old connection's close", explained[0])
+
+
+class Rules(unittest.TestCase):
+    def test_clean_and_no_reuse(self):
+        self.assertEqual(reuse_verdict.judge([reused(2, 0)], set())[0], "CLEAN")
+        self.assertEqual(reuse_verdict.judge([], set())[0], "no reuse")
+
+    def test_a_late_write_before_zeroing_explains_nothing(self):
+        _, _, _, unexplained = reuse_verdict.judge([late(False), reused(2, 7)], {"late-cdc"})
+        self.assertEqual(len(unexplained), 1)
+
+    def test_stale_bytes_past_the_cdc_area_are_not_a_late_cdc(self):
+        for stale, first in ((33, 0), (7, 32)):
+            _, _, _, unexplained = reuse_verdict.judge([late(True), reused(2, stale, first)], {"late-cdc"})
+            self.assertEqual(len(unexplained), 1, (stale, first))
+
+    def test_a_late_write_into_another_dmb_explains_nothing(self):
+        lines = [late(True, token="0x2"), reused(2, 7, token="0x1")]
+        self.assertEqual(len(reuse_verdict.judge(lines, {"late-cdc"})[3]), 1)
+
+    def test_a_foreign_cdc_without_close_flags_is_not_explained(self):
+        line = {"kind": "foreign_cdc", "function": "ism0", "token": "0x1", "conn": 2,
+                "expected": 64, "seen": 9, "conn_state": 0}
+        verdict, _, _, unexplained = reuse_verdict.judge([line], {"late-cdc"})
+        self.assertEqual((verdict, len(unexplained)), ("CROSSED", 1))
+
+    def test_an_unchecked_reuse_is_never_explained(self):
+        line = dict(reused(2, 0), clean=None, unknown="over budget")
+        verdict, _, _, unexplained = reuse_verdict.judge([line], {"late-cdc"})
+        self.assertEqual((verdict, len(unexplained)), ("UNKNOWN", 1))
+
+    def test_exit_status(self):
+        path = DATA / "late-write-6.12.events.jsonl"
+        self.assertEqual(reuse_verdict.main([str(path), "--allow", "late-cdc"]), 0)
+        self.assertEqual(reuse_verdict.main([str(path)]), 1)
+        self.assertEqual(reuse_verdict.main([str(DATA / "missing.jsonl")]), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
