@@ -19,10 +19,12 @@ DEFAULT_KERNEL="${DEFAULT_KERNEL:-6.12}"
 KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # Guest kernel variant: stock (unmodified), prezero or nozero (negative controls),
 # rxabort-fix (the net/smc fix for the receive livelock: guest-tests/kernel/patches/rxabort-fix),
+# lateabort-fix (the fix for an aborted connection's late CDC message in a reused DMB:
+# guest-tests/kernel/patches/lateabort-fix),
 # chid0-peer and chid0-fix (5.10 only: the CHID-0 accept bug's crafted peer and its fix,
 # scripts/bug-chid0.sh).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix chid0-peer chid0-fix"
+VARIANTS="stock prezero nozero rxabort-fix lateabort-fix chid0-peer chid0-fix"
 
 # check_kernel_selection: dies (scripts/lib.sh's die) unless KERNEL and VARIANT name
 # something the project builds. The one wording of that error, for the build and for
