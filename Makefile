@@ -191,11 +191,13 @@ bug-livelock: qemu emulator ## the net/smc rx livelock: stock wedges (the known 
 
 # An aborted SMC-D connection's last CDC message in a reused DMB (docs/known-bugs.md,
 # section 3; guest-tests/kernel/patches/lateabort-fix): make faults' late-write and
-# move-reject scenarios on each line of BUG_LINES, stock (the bug shows: late-write's new
-# connection reads bytes never sent, the host's verdict CROSSED, explained) and with
-# VARIANT=lateabort-fix (refused by the device: every verdict CLEAN).
+# move-reject scenarios on each line of LATEABORT_LINES (6.12 and 7.3: the patch applies
+# to both), stock (the bug shows: late-write's new connection reads bytes never sent, the
+# host's verdict CROSSED, explained) and with VARIANT=lateabort-fix (refused by the
+# device: every verdict CLEAN or no reuse).
+LATEABORT_LINES ?= 6.12 7.3
 bug-lateabort: qemu emulator ## an aborted connection's last CDC in a reused DMB: stock crosses it, lateabort-fix refuses it
-	for k in $(BUG_LINES); do for v in stock lateabort-fix; do \
+	for k in $(LATEABORT_LINES); do for v in stock lateabort-fix; do \
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
 		KERNEL=$$k VARIANT=$$v scripts/faults.sh late-write move-reject || exit 1; \
 	done; done
