@@ -123,6 +123,54 @@ static void stbtest_queue(struct pci_dev *pdev)
 	free_pages((unsigned long)buf, 0);
 }
 
+/*
+ * sweep=1: PCISTB of every shape against every address space of the function:
+ * pcias 0-5 (the BARs; the stub implements 0, 2 and 4, with the MSI-X table at BAR 4
+ * offset 0 and the PBA at 0x800), 6, 7 and 15 (no BAR); lengths around the default
+ * group's 128-byte buffer and ISM's 4096; offsets aligned and not, onto and across
+ * the MSI-X table and the PBA, at and beyond a BAR's end. Prints one line per address
+ * space and offset with the rc of each length, in the order of lens[];
+ * pcistb-smoke.sh compares each rc with the architecture's rule. From a buffer
+ * aligned to 8 bytes, as the generic path demands.
+ */
+static bool sweep;
+module_param(sweep, bool, 0444);
+
+static void stbtest_sweep(struct pci_dev *pdev)
+{
+	static const int lens[] = { 1, 8, 16, 128, 129, 136, 1024, 4095, 4096, 4097, 8191 };
+	static const u64 offs[] = { 0x0, 0x3, 0x8, 0x7f8, 0x800, 0x804, 0xff8, 0x1000,
+				    0xfff000, 0x1000000 };
+	static const int spaces[] = { 0, 1, 2, 3, 4, 5, 6, 7, 15 };
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
+	int a, o, l, rc, stores = 0;
+	u8 *buf;
+
+	buf = (u8 *)__get_free_pages(GFP_KERNEL, 2);
+	if (!buf)
+		return;
+	for (l = 0; l < 4 * PAGE_SIZE; l++)
+		buf[l] = l & 0xff;
+	/* one line per address space and offset, the rcs in the order of lens[] */
+	for (a = 0; a < ARRAY_SIZE(spaces); a++)
+		for (o = 0; o < ARRAY_SIZE(offs); o++) {
+			char line[128];
+			int pos = 0;
+
+			for (l = 0; l < ARRAY_SIZE(lens); l++) {
+				rc = stb(zdev, spaces[a], offs[o], buf, lens[l]);
+				pos += scnprintf(line + pos, sizeof(line) - pos, "%s%d",
+						 l ? "," : "", rc);
+				stores++;
+			}
+			pr_info("STBT: %s SW as=%d off=0x%llx rc=%s\n", n, spaces[a],
+				offs[o], line);
+		}
+	pr_info("STBT: %s SWEEP done stores=%d\n", n, stores);
+	free_pages((unsigned long)buf, 2);
+}
+
 /* Every IBM (1014) function: the ISM one (04ed) and any test function beside it. */
 static int __init stbtest_init(void)
 {
@@ -133,6 +181,8 @@ static int __init stbtest_init(void)
 			stbtest_dead(pdev);
 		else if (queue)
 			stbtest_queue(pdev);
+		else if (sweep)
+			stbtest_sweep(pdev);
 		else
 			stbtest_one(pdev);
 	}
