@@ -283,6 +283,38 @@ wait $stub_pid 2>/dev/null || true; stub_pid=""
 python3 "$HERE/stb-sweep-rule.py" "$WORK/sweep.console.log" 0002:00:00.0:ism 0003:00:00.0:plain \
     >"$WORK/sweep.rule" 2>&1 || true
 
+# Misbehaving servers: eight ISM functions (uid 2-9, x-msg-timeout 2 s), each on a stub
+# that misbehaves in its reply to the guest's waited store at SF+0xf00 (pcistb-stub.py
+# --misbehave), on the main connection (m) or on x_waited_channel's (w). After it the
+# guest stores once more. QEMU must live, each wait must end within the timeout (at
+# once when the server is gone), the store must get cc 1 (-EIO) unless the reply was
+# good, and each failure must be reported once.
+MIS_MODES="2:hdr-stall:m 3:hdr-exit:m 4:trickle:m 5:trickle:w 6:mid-body-exit:m 7:hdr-stall:w 8:old-id:m 9:huge-size:m"
+sed 's|^insmod /stbtest.ko sweep=1$|insmod /stbtest.ko mis=1|' "$WORK/ir/init" >"$WORK/init.mis"
+install -m 755 "$WORK/init.mis" "$WORK/ir/init"
+(cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-mis.cpio.gz"
+mis_devs=()
+for e in $MIS_MODES; do
+    IFS=: read -r u mode ch <<<"$e"
+    wc_opt=""; [ "$ch" = w ] && wc_opt=--waited-channel
+    # shellcheck disable=SC2086
+    python3 "$HERE/pcistb-stub.py" "$WORK/m$u.sock" "$WORK/m$u.log" --misbehave "$mode" --stall-secs 3 $wc_opt &
+    stub_pid="$stub_pid $!"
+    mis_devs+=(-device "zpci,uid=$u,fid=$u,target=m$u,ism=on,pchid=$CHID"
+               -device "{\"driver\":\"vfio-user-pci\",\"id\":\"m$u\",\"x-msg-timeout\":2000,\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/m$u.sock\"}}")
+done
+for e in $MIS_MODES; do
+    wait_for_socket "$WORK/m${e%%:*}.sock" 5 || die "the stub did not create $WORK/m${e%%:*}.sock"
+done
+mis_rc=0
+QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-mis -k "$KOUT/bzImage" \
+    -i "$WORK/initrd-mis.cpio.gz" --chid "$CHID" --timeout 120 --log "$WORK/mis.console.log" -- \
+    "${mis_devs[@]}" >/dev/null 2>"$WORK/mis.err" || mis_rc=$?
+# shellcheck disable=SC2086
+kill $stub_pid 2>/dev/null || true
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
+
 # The ISM series' own qtest (ism/0015), built with this QEMU: the zpci properties' realize
 # and plug errors over QMP.
 QTEST_BIN="$(dirname "$QEMU")/../libexec/ism-emu/s390x-zpci-ism-test"
@@ -468,6 +500,38 @@ for fk in 0002:00:00.0:ISM 0003:00:00.0:control; do
     check "sweep: $fk: every answer as the architecture's rule" "$WORK/sweep.rule" "SWEEP ${fk%:*} shapes=990 mismatches=0"
 done
 grep MISMATCH "$WORK/sweep.rule" | head -10 || true
+# misbehaving servers
+MC="$WORK/mis.console.log" MQ="$WORK/mis.qemu.log"
+if [ "$mis_rc" = 0 ]; then echo "ok - misbehaving servers: the guest ran and powered off (QEMU lived)"; pass=$((pass + 1))
+else echo "not ok - misbehaving servers: guest run failed (rc=$mis_rc)"; tail -n 5 "$WORK/mis.err"; fail=$((fail + 1)); fi
+# uid:what:store rc:most ms the vCPU may wait:rc of the store after it ("-": either)
+for e in "2:reply header, then a stall (main connection):-5:3000:0" \
+         "3:reply header, then exit:-5:1000:-5" \
+         "4:reply header, then a byte a second (main connection):-5:3000:-" \
+         "6:exit in the middle of the body:-5:1000:-5" \
+         "7:reply header, then a stall (waited channel):-5:3000:0" \
+         "8:a reply with an old ID first:0:1000:0" \
+         "9:a reply declaring 2 GiB:-5:1000:-5"; do
+    IFS=: read -r u what want_rc max_ms after_rc <<<"$e"
+    fn="$(printf '%04x:00:00.0' "$u")"
+    line="$(grep -F "STBT: $fn MIS store " "$MC" | head -1)"
+    rc_="$(sed -n 's/.* rc=\([-0-9]*\) .*/\1/p' <<<"$line")" ms_="$(sed -n 's/.* ms=\([0-9]*\).*/\1/p' <<<"$line")"
+    if [ "$rc_" = "$want_rc" ] && [ -n "$ms_" ] && [ "$ms_" -le "$max_ms" ]; then
+        echo "ok - misbehaving server, $what: rc $rc_ after ${ms_} ms (at most $max_ms)"; pass=$((pass + 1))
+    else echo "not ok - misbehaving server, $what: rc '${rc_:-?}' after '${ms_:-?}' ms, not rc $want_rc within $max_ms ms"; fail=$((fail + 1)); fi
+    if [ "$after_rc" != - ]; then
+        check "misbehaving server, $what: the store after it: rc $after_rc" "$MC" "STBT: $fn MIS after rc=$after_rc "
+    fi
+    if [ "$want_rc" != 0 ]; then
+        n="$(grep -cF "Further failed accesses to vfio-user:$WORK/m$u.sock " "$MQ" || true)"
+        if [ "$n" = 1 ]; then echo "ok - misbehaving server, $what: reported once"; pass=$((pass + 1))
+        else echo "not ok - misbehaving server, $what: $n 'Further failed accesses' lines, not 1"; fail=$((fail + 1)); fi
+    fi
+done
+check "misbehaving server, old ID: the stub sent the old reply first" "$WORK/m8.log" "a reply with the old ID"
+n="$(grep -cE 'vfio_user_device_io_region_(write|read):' "$MQ" || true)"
+if [ "$n" -le 8 ]; then echo "ok - misbehaving servers: $n failed-access lines for 8 functions"; pass=$((pass + 1))
+else echo "not ok - misbehaving servers: $n failed-access lines for 8 functions"; fail=$((fail + 1)); fi
 # the series' qtest
 if [ "$qtest_rc" = 0 ]; then echo "ok - qtest s390x-zpci-ism-test: passed"; pass=$((pass + 1))
 else echo "not ok - qtest s390x-zpci-ism-test: status $qtest_rc"; tail -n 20 "$WORK/qtest.out"; fail=$((fail + 1)); fi

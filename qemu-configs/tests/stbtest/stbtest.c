@@ -171,6 +171,30 @@ static void stbtest_sweep(struct pci_dev *pdev)
 	free_pages((unsigned long)buf, 2);
 }
 
+/*
+ * mis=1: against a stub that misbehaves (pcistb-stub.py --misbehave) in its reply to a
+ * waited store at SF+0xf00: that store, then one at SF+0xf80; each with its rc and the
+ * milliseconds the vCPU waited.
+ */
+static bool mis;
+module_param(mis, bool, 0444);
+
+static void stbtest_mis(struct pci_dev *pdev)
+{
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
+	u8 buf[16] = { 0 };
+	ktime_t t0;
+	int rc;
+
+	t0 = ktime_get();
+	rc = stb(zdev, 0, SF | 0xf00, buf, 16);
+	pr_info("STBT: %s MIS store rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
+	t0 = ktime_get();
+	rc = stb(zdev, 0, SF | 0xf80, buf, 16);
+	pr_info("STBT: %s MIS after rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
+}
+
 /* Every IBM (1014) function: the ISM one (04ed) and any test function beside it. */
 static int __init stbtest_init(void)
 {
@@ -183,6 +207,8 @@ static int __init stbtest_init(void)
 			stbtest_queue(pdev);
 		else if (sweep)
 			stbtest_sweep(pdev);
+		else if (mis)
+			stbtest_mis(pdev);
 		else
 			stbtest_one(pdev);
 	}
