@@ -289,19 +289,27 @@ python3 "$HERE/stb-sweep-rule.py" "$WORK/sweep.console.log" 0002:00:00.0:ism 000
 # guest stores once more. QEMU must live, each wait must end within the timeout (at
 # once when the server is gone), the store must get cc 1 (-EIO) unless the reply was
 # good, and each failure must be reported once.
-MIS_MODES="2:hdr-stall:m 3:hdr-exit:m 4:trickle:m 5:trickle:w 6:mid-body-exit:m 7:hdr-stall:w 8:old-id:m 9:huge-size:m"
+# Two more (uid 10, 11) behave in their replies but not in the VERSION exchange: one
+# announces x_waited_channel and then refuses VFIO_USER_X_WAITED_CHANNEL (the device must
+# plug all the same and use the main connection), one announces capabilities QEMU did
+# not propose, to a QEMU told x-waited-channel=off (it must not open the channel).
+MIS_MODES="2:hdr-stall:m 3:hdr-exit:m 4:trickle:m 5:trickle:w 6:mid-body-exit:m 7:hdr-stall:w 8:old-id:m 9:huge-size:m 10:refuse-waited-channel:- 11:unsolicited-caps:-"
 sed 's|^insmod /stbtest.ko sweep=1$|insmod /stbtest.ko mis=1|' "$WORK/ir/init" >"$WORK/init.mis"
 install -m 755 "$WORK/init.mis" "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-mis.cpio.gz"
 mis_devs=()
 for e in $MIS_MODES; do
     IFS=: read -r u mode ch <<<"$e"
-    wc_opt=""; [ "$ch" = w ] && wc_opt=--waited-channel
-    # shellcheck disable=SC2086
-    python3 "$HERE/pcistb-stub.py" "$WORK/m$u.sock" "$WORK/m$u.log" --misbehave "$mode" --stall-secs 3 $wc_opt &
+    stub_opts=(--misbehave "$mode" --stall-secs 3) wc_prop=""
+    [ "$ch" = w ] && stub_opts+=(--waited-channel)
+    case "$mode" in
+        refuse-waited-channel) stub_opts=(--refuse-waited-channel) ;;
+        unsolicited-caps) stub_opts=(--unsolicited-caps) wc_prop='"x-waited-channel":false,' ;;
+    esac
+    python3 "$HERE/pcistb-stub.py" "$WORK/m$u.sock" "$WORK/m$u.log" "${stub_opts[@]}" &
     stub_pid="$stub_pid $!"
     mis_devs+=(-device "zpci,uid=$u,fid=$u,target=m$u,ism=on,pchid=$CHID"
-               -device "{\"driver\":\"vfio-user-pci\",\"id\":\"m$u\",\"x-msg-timeout\":2000,\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/m$u.sock\"}}")
+               -device "{\"driver\":\"vfio-user-pci\",\"id\":\"m$u\",\"x-msg-timeout\":2000,$wc_prop\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/m$u.sock\"}}")
 done
 for e in $MIS_MODES; do
     wait_for_socket "$WORK/m${e%%:*}.sock" 5 || die "the stub did not create $WORK/m${e%%:*}.sock"
@@ -508,10 +516,13 @@ else echo "not ok - misbehaving servers: guest run failed (rc=$mis_rc)"; tail -n
 for e in "2:reply header, then a stall (main connection):-5:3000:0" \
          "3:reply header, then exit:-5:1000:-5" \
          "4:reply header, then a byte a second (main connection):-5:3000:-" \
+         "5:reply header, then a byte a second (waited channel):-5:3000:-" \
          "6:exit in the middle of the body:-5:1000:-5" \
          "7:reply header, then a stall (waited channel):-5:3000:0" \
          "8:a reply with an old ID first:0:1000:0" \
-         "9:a reply declaring 2 GiB:-5:1000:-5"; do
+         "9:a reply declaring 2 GiB:-5:1000:-5" \
+         "10:VFIO_USER_X_WAITED_CHANNEL refused:0:1000:0" \
+         "11:unsolicited capabilities:0:1000:0"; do
     IFS=: read -r u what want_rc max_ms after_rc <<<"$e"
     fn="$(printf '%04x:00:00.0' "$u")"
     line="$(grep -F "STBT: $fn MIS store " "$MC" | head -1)"
@@ -530,8 +541,12 @@ for e in "2:reply header, then a stall (main connection):-5:3000:0" \
 done
 check "misbehaving server, old ID: the stub sent the old reply first" "$WORK/m8.log" "a reply with the old ID"
 n="$(grep -cE 'vfio_user_device_io_region_(write|read):' "$MQ" || true)"
-if [ "$n" -le 8 ]; then echo "ok - misbehaving servers: $n failed-access lines for 8 functions"; pass=$((pass + 1))
-else echo "not ok - misbehaving servers: $n failed-access lines for 8 functions"; fail=$((fail + 1)); fi
+if [ "$n" -le 7 ]; then echo "ok - misbehaving servers: $n failed-access lines for the 7 functions whose store failed"; pass=$((pass + 1))
+else echo "not ok - misbehaving servers: $n failed-access lines for the 7 functions whose store failed"; fail=$((fail + 1)); fi
+check "x_waited_channel refused: the stub refused it" "$WORK/m10.log" "X_WAITED_CHANNEL refused"
+check "x_waited_channel refused: QEMU warns and takes the main connection" "$MQ" "the server refused the waited channel"
+check_absent "x-waited-channel=off: QEMU does not propose x_waited_channel" "$WORK/m11.log" '"x_waited_channel"'
+check_absent "x-waited-channel=off: ... nor opens it when the server announces it unasked" "$WORK/m11.log" "X_WAITED_CHANNEL requested"
 # the series' qtest
 if [ "$qtest_rc" = 0 ]; then echo "ok - qtest s390x-zpci-ism-test: passed"; pass=$((pass + 1))
 else echo "not ok - qtest s390x-zpci-ism-test: status $qtest_rc"; tail -n 20 "$WORK/qtest.out"; fail=$((fail + 1)); fi
