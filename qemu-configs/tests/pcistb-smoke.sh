@@ -293,22 +293,27 @@ python3 "$HERE/stb-sweep-rule.py" "$WORK/sweep.console.log" 0002:00:00.0:ism 000
 # announces x_waited_channel and then refuses VFIO_USER_X_WAITED_CHANNEL (the device must
 # plug all the same and use the main connection), one announces capabilities QEMU did
 # not propose, to a QEMU told x-waited-channel=off (it must not open the channel).
-MIS_MODES="2:hdr-stall:m 3:hdr-exit:m 4:trickle:m 5:trickle:w 6:mid-body-exit:m 7:hdr-stall:w 8:old-id:m 9:huge-size:m 10:refuse-waited-channel:- 11:unsolicited-caps:-"
-sed 's|^insmod /stbtest.ko sweep=1$|insmod /stbtest.ko mis=1|' "$WORK/ir/init" >"$WORK/init.mis"
+# The last (uid 12, x-ism-post=on) never answers the store at SF+0xf00 in time: it
+# sends that reply, an error, only when a later request comes with the same message ID
+# (stbtest's alias_uid: 68000 more stores, posted then waited, so QEMU's 16-bit IDs
+# wrap); QEMU must not give that ID to a new request while the late reply may come.
+MIS_MODES="2:hdr-stall:m 3:hdr-exit:m 4:trickle:m 5:trickle:w 6:mid-body-exit:m 7:hdr-stall:w 8:old-id:m 9:huge-size:m 10:refuse-waited-channel:- 11:unsolicited-caps:- 12:late-error:m"
+sed 's|^insmod /stbtest.ko sweep=1$|insmod /stbtest.ko mis=1 alias_uid=12|' "$WORK/ir/init" >"$WORK/init.mis"
 install -m 755 "$WORK/init.mis" "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-mis.cpio.gz"
 mis_devs=()
 for e in $MIS_MODES; do
     IFS=: read -r u mode ch <<<"$e"
-    stub_opts=(--misbehave "$mode" --stall-secs 3) wc_prop=""
+    stub_opts=(--misbehave "$mode" --stall-secs 3) wc_prop="" zpci_post=""
     [ "$ch" = w ] && stub_opts+=(--waited-channel)
+    [ "$mode" = late-error ] && stub_opts+=(--posted-moves) && zpci_post=",x-ism-post=on"
     case "$mode" in
         refuse-waited-channel) stub_opts=(--refuse-waited-channel) ;;
         unsolicited-caps) stub_opts=(--unsolicited-caps) wc_prop='"x-waited-channel":false,' ;;
     esac
     python3 "$HERE/pcistb-stub.py" "$WORK/m$u.sock" "$WORK/m$u.log" "${stub_opts[@]}" &
     stub_pid="$stub_pid $!"
-    mis_devs+=(-device "zpci,uid=$u,fid=$u,target=m$u,ism=on,pchid=$CHID"
+    mis_devs+=(-device "zpci,uid=$u,fid=$u,target=m$u,ism=on,pchid=$CHID$zpci_post"
                -device "{\"driver\":\"vfio-user-pci\",\"id\":\"m$u\",\"x-msg-timeout\":2000,$wc_prop\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/m$u.sock\"}}")
 done
 for e in $MIS_MODES; do
@@ -522,7 +527,8 @@ for e in "2:reply header, then a stall (main connection):-5:3000:0" \
          "8:a reply with an old ID first:0:1000:0" \
          "9:a reply declaring 2 GiB:-5:1000:-5" \
          "10:VFIO_USER_X_WAITED_CHANNEL refused:0:1000:0" \
-         "11:unsolicited capabilities:0:1000:0"; do
+         "11:unsolicited capabilities:0:1000:0" \
+         "12:no reply in time, then a late error reply:-5:3000:0"; do
     IFS=: read -r u what want_rc max_ms after_rc <<<"$e"
     fn="$(printf '%04x:00:00.0' "$u")"
     line="$(grep -F "STBT: $fn MIS store " "$MC" | head -1)"
@@ -541,8 +547,12 @@ for e in "2:reply header, then a stall (main connection):-5:3000:0" \
 done
 check "misbehaving server, old ID: the stub sent the old reply first" "$WORK/m8.log" "a reply with the old ID"
 n="$(grep -cE 'vfio_user_device_io_region_(write|read):' "$MQ" || true)"
-if [ "$n" -le 7 ]; then echo "ok - misbehaving servers: $n failed-access lines for the 7 functions whose store failed"; pass=$((pass + 1))
-else echo "not ok - misbehaving servers: $n failed-access lines for the 7 functions whose store failed"; fail=$((fail + 1)); fi
+if [ "$n" -le 8 ]; then echo "ok - misbehaving servers: $n failed-access lines for the 8 functions whose store failed"; pass=$((pass + 1))
+else echo "not ok - misbehaving servers: $n failed-access lines for the 8 functions whose store failed"; fail=$((fail + 1)); fi
+check "late reply: 68000 stores after it, none fails (no newer request took its ID)" "$MC" \
+    "STBT: 000c:00:00.0 ALIAS posted=63000 failed=0 waited=5000 failed=0 "
+check_re "late reply: ... QEMU's IDs wrapped, and no request came with the late reply's ID" "$WORK/m12.log" \
+    "^withheld reply 0x[0-9a-f]+ never sent: no request took its ID in (6553[6-9]|655[4-9][0-9]|65[6-9][0-9]{2}|6[6-9][0-9]{3}|[7-9][0-9]{4}|[0-9]{6,}) messages"
 check "x_waited_channel refused: the stub refused it" "$WORK/m10.log" "X_WAITED_CHANNEL refused"
 check "x_waited_channel refused: QEMU warns and takes the main connection" "$MQ" "the server refused the waited channel"
 check_absent "x-waited-channel=off: QEMU does not propose x_waited_channel" "$WORK/m11.log" '"x_waited_channel"'

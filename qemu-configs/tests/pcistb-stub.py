@@ -54,6 +54,11 @@ SF+0xf00 (MIS_OFFSET), on whichever connection the request came (logged "MISBEHA
   old-id         first a reply with the ID of the request answered before, then the
                  real reply
   huge-size      a reply header that declares a size of 0x7fffffff bytes, and no body
+  late-error     no reply (QEMU's wait times out); the reply, an error (EIO), is sent
+                 late: just before the reply to the next request that comes with the
+                 same message ID (after QEMU's 16-bit IDs wrapped), logged "ALIAS".
+                 A client that let a new request take the ID of one whose late reply
+                 may still come would take that error for the new request's answer.
 With --refuse-waited-channel, the stub announces x_waited_channel but answers
 VFIO_USER_X_WAITED_CHANNEL with an error (EINVAL). With --unsolicited-caps, its VERSION
 reply carries capabilities the client did not propose: x_waited_channel (whether or not
@@ -92,7 +97,7 @@ ap.add_argument("--slow-secs", type=float, default=3.0)
 ap.add_argument("--waited-channel", action="store_true",
                 help='announce "x_waited_channel": true and take the second connection')
 ap.add_argument("--misbehave", choices=["hdr-stall", "hdr-exit", "trickle", "mid-body-exit",
-                                        "old-id", "huge-size"], default=None,
+                                        "old-id", "huge-size", "late-error"], default=None,
                 help="misbehave in the reply to a waited BAR 0 write at SF+0xf00")
 ap.add_argument("--trickle-secs", type=float, default=1.0)
 ap.add_argument("--refuse-waited-channel", action="store_true",
@@ -120,6 +125,8 @@ SHORT_BAR0_OFFSET = SF | 0xa80
 HELD_BAR0_OFFSET = 0xb00
 MIS_OFFSET = SF | 0xf00
 prev_mid = None                                       # ID of the request answered before
+withheld = None                                       # late-error: (ID, cmd) of the withheld reply
+max_gap = 0                                           # late-error: messages seen since it
 held = {}                                             # DMB -> errno of a held failure
 BAR_SIZES = {0: 1 << 24, 2: 4096, 4: 4096}
 CONFIG_REGION = 7
@@ -188,6 +195,11 @@ def misbehave(mid, cmd, body):
         log(f"  a reply with the old ID 0x{old:x} first")
         src.sendall(HDR.pack(old, cmd, HDR.size + len(body), REPLY, 0) + body)
         reply(mid, cmd, body)
+        return
+    if mode == "late-error":
+        global withheld
+        withheld = (mid, cmd)
+        log("  reply withheld, to be sent late as an error")
         return
     if mode == "huge-size":
         src.sendall(HDR.pack(mid, cmd, 0x7fffffff, REPLY, 0))
@@ -286,6 +298,14 @@ def serve_one():
     body = recv_exact(src, size - HDR.size) if size > HDR.size else b""
     fds = list(fds_in)
     posted = bool(flags & NO_REPLY)
+    global withheld, max_gap
+    if withheld is not None:
+        max_gap += 1
+        if mid == withheld[0]:
+            log(f"ALIAS: request 0x{mid:x} ({'posted' if posted else 'waited'}) has the ID of the "
+                f"withheld reply, which goes first, {max_gap} messages later")
+            reply(withheld[0], withheld[1], err=5)
+            withheld = None
     if src is waited:
         waited_requests += 1
     if cmd == 0x7f00 and src is conn and args.waited_channel and waited is None \
@@ -375,3 +395,5 @@ while True:
         break
 if args.waited_channel:
     log(f"waited channel: {waited_requests} requests")
+if withheld is not None:
+    log(f"withheld reply 0x{withheld[0]:x} never sent: no request took its ID in {max_gap} messages")

@@ -179,6 +179,31 @@ static void stbtest_sweep(struct pci_dev *pdev)
 static bool mis;
 module_param(mis, bool, 0444);
 
+/*
+ * alias_uid=N: for the function with that uid (x-ism-post=on, a stub with
+ * --misbehave late-error), after the misbehaving store: 63000 posted data moves, then
+ * 5000 waited stores, so that QEMU's 16-bit message IDs wrap once around the ID of the
+ * store whose reply the stub withholds; every store after it must succeed.
+ */
+static int alias_uid = -1;
+module_param(alias_uid, int, 0444);
+
+static void stbtest_alias(struct pci_dev *pdev)
+{
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
+	int i, failed = 0, wfailed = 0;
+	u8 buf[16] = { 0 };
+	ktime_t t0 = ktime_get();
+
+	for (i = 0; i < 63000; i++)
+		failed += stb(zdev, 0, 0x100, buf, 8) != 0;
+	for (i = 0; i < 5000; i++)
+		wfailed += stb(zdev, 0, SF | 0x180, buf, 8) != 0;
+	pr_info("STBT: %s ALIAS posted=63000 failed=%d waited=5000 failed=%d ms=%lld\n", n,
+		failed, wfailed, ktime_ms_delta(ktime_get(), t0));
+}
+
 static void stbtest_mis(struct pci_dev *pdev)
 {
 	struct zpci_dev *zdev = to_zpci(pdev);
@@ -190,6 +215,8 @@ static void stbtest_mis(struct pci_dev *pdev)
 	t0 = ktime_get();
 	rc = stb(zdev, 0, SF | 0xf00, buf, 16);
 	pr_info("STBT: %s MIS store rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
+	if (zdev->uid == alias_uid)
+		stbtest_alias(pdev);
 	t0 = ktime_get();
 	rc = stb(zdev, 0, SF | 0xf80, buf, 16);
 	pr_info("STBT: %s MIS after rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
