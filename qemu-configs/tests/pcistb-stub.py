@@ -72,7 +72,7 @@ Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN] [--di
                       [--stall-on OFFSET [--stall-secs S] [--die-after-stall]]
                       [--slow-on OFFSET [--slow-secs S]] [--waited-channel]
                       [--misbehave MODE [--trickle-secs S]] [--refuse-waited-channel]
-                      [--unsolicited-caps]
+                      [--unsolicited-caps] [--no-msix]
 """
 import argparse, array, json, os, select, socket, struct, time
 
@@ -104,6 +104,8 @@ ap.add_argument("--refuse-waited-channel", action="store_true",
                 help="announce x_waited_channel, then refuse VFIO_USER_X_WAITED_CHANNEL")
 ap.add_argument("--unsolicited-caps", action="store_true",
                 help="answer VERSION with capabilities the client did not propose")
+ap.add_argument("--no-msix", action="store_true",
+                help="no MSI-X capability (s390x requires one: QEMU must refuse the plug)")
 ap.add_argument("--device-id", type=lambda s: int(s, 0), default=0x04ED,
                 help="PCI device id (another id keeps the ism driver off the function)")
 args = ap.parse_args()
@@ -144,6 +146,9 @@ cfg[0x40:0x42] = bytes([0x05, 0x50])                  # MSI, next 0x50
 struct.pack_into("<H", cfg, 0x42, 0x80)               # 64-bit, 1 vector
 cfg[0x50:0x52] = bytes([0x11, 0x00])                  # MSI-X, last
 struct.pack_into("<HII", cfg, 0x52, 0, 4, 0x800 | 4)  # 1 entry; table BAR4+0, PBA BAR4+0x800
+if args.no_msix:
+    cfg[0x41] = 0x00                                  # MSI is the last capability
+    cfg[0x50:0x5a] = bytes(10)
 cmdbuf = bytearray(4096)
 
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
