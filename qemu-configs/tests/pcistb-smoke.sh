@@ -61,6 +61,15 @@ ISM_KO="$(find "$KOUT/lib/modules/$KREL" -name 'ism.ko*' | head -1)"
 need_packages qemu-smoke
 
 WORK="$(mktemp -d /tmp/pcistb-smoke.XXXXXX)"
+# A QEMU built with ASan and UBSan (make qemu-asan: QEMU=build/qemu-asan/bin/...) writes
+# each report into $WORK/san/, which must stay empty. ASan stops QEMU at its first
+# report; UBSan goes on, so that every report is seen. Not LeakSanitizer: QEMU leaves
+# much to the exit, on purpose, and its report would be all of that.
+mkdir -p "$WORK/san"
+export ASAN_OPTIONS="log_path=$WORK/san/asan:detect_leaks=0:print_legend=0"
+export UBSAN_OPTIONS="log_path=$WORK/san/ubsan:print_stacktrace=1:halt_on_error=0"
+sanitized=0
+grep -qa AddressSanitizer "$QEMU" && sanitized=1
 stub_pid=""
 # shellcheck disable=SC2086
 cleanup() { [ -z "$stub_pid" ] || kill $stub_pid 2>/dev/null || true; rm -rf "$WORK"; }
@@ -191,7 +200,9 @@ python3 "$HERE/pcistb-stub.py" "$WORK/hp7.sock" "$WORK/hp7.log" &
 stub_pid="$stub_pid $!"
 python3 "$HERE/pcistb-stub.py" "$WORK/hp8.sock" "$WORK/hp8.log" &
 stub_pid="$stub_pid $!"
-for s in hp6 hp7 hp8; do
+python3 "$HERE/pcistb-stub.py" "$WORK/hp9.sock" "$WORK/hp9.log" --no-msix &
+stub_pid="$stub_pid $!"
+for s in hp6 hp7 hp8 hp9; do
     wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
 done
 hp_add() {   # hp_add ID: the QMP device_add of vfio-user-pci ID on $WORK/ID.sock
@@ -203,9 +214,11 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-hotplug -k "$K
     -device "zpci,uid=6,fid=6,target=hp6,ism=on,pchid=$CHID" \
     -device "zpci,uid=7,fid=7,target=hp7,ism=on,pchid=$CHID,x-ism-post=on" \
     -device "zpci,uid=8,fid=8,target=hp8,ism=on,pchid=$CHID" \
+    -device "zpci,uid=9,fid=9,target=hp9,ism=on,pchid=$CHID" \
     >/dev/null 2>"$WORK/hp.err" &
 hp_pid=$!
-python3 "$HERE/qmp.py" "$WORK/hp.qmp" "$(hp_add hp6)" "$(hp_add hp7)" "$(hp_add hp8)" '{"execute":"cont"}' \
+python3 "$HERE/qmp.py" "$WORK/hp.qmp" "$(hp_add hp6)" "$(hp_add hp7)" "$(hp_add hp9)" "$(hp_add hp8)" \
+    '{"execute":"cont"}' \
     >"$WORK/hp.qmp.out" 2>&1 || true
 hp_rc=0
 wait $hp_pid || hp_rc=$?
@@ -480,6 +493,9 @@ else echo "not ok - hotplug: guest run failed (rc=$hp_rc)"; tail -n 5 "$WORK/hp.
 check "hotplug: the guest's CLP LIST has the plugged function" "$WORK/hp.console.log" "SMOKE: PCI 0008:00:00.0 vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
 check_absent "hotplug: ... not the one refused for its transfer size" "$WORK/hp.console.log" "SMOKE: PCI 0006:"
 check_absent "hotplug: ... nor the one refused for the capability" "$WORK/hp.console.log" "SMOKE: PCI 0007:"
+check "hotplug: a server without MSI-X: refused (s390x requires MSI-X)" "$WORK/hp.qmp.out" \
+    "error device_add: MSI-X support is mandatory in the S390 architecture"
+check_absent "hotplug: ... and not in the guest's CLP LIST (the refusal came after the attach)" "$WORK/hp.console.log" "SMOKE: PCI 0009:"
 # the vfio-user client's queue
 QC="$WORK/queue.console.log" F2=0002:00:00.0 F3=0003:00:00.0
 if [ "$queue_rc" = 0 ]; then echo "ok - queue: the guest ran and powered off"; pass=$((pass + 1))
@@ -582,6 +598,11 @@ if [ "${n_lines:-0}" -eq 1 ]; then echo "ok - dead server: QEMU reports the fail
 else echo "not ok - dead server: QEMU printed ${n_lines:-0} lines for the failed accesses, not 1"; fail=$((fail + 1)); fi
 check "dead server: ... saying that more go unreported" "$DQ" "Further failed accesses to"
 check "dead server: ... with the stores on the waited channel (x_waited_channel)" "$WORK/dead.log" "WAITED CHANNEL open"
+if [ "$sanitized" = 1 ]; then
+    n="$(find "$WORK/san" -type f | wc -l)"
+    if [ "$n" = 0 ]; then echo "ok - sanitizer build: no ASan or UBSan report"; pass=$((pass + 1))
+    else echo "not ok - sanitizer build: $n reports"; head -n 30 "$WORK"/san/*; fail=$((fail + 1)); fi
+fi
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then
     echo "--- console:"; grep -E 'SMOKE|STBT' "$C" | tail -30
