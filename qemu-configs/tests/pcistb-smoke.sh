@@ -69,7 +69,7 @@ mkdir -p "$WORK/san"
 export ASAN_OPTIONS="log_path=$WORK/san/asan:detect_leaks=0:print_legend=0"
 export UBSAN_OPTIONS="log_path=$WORK/san/ubsan:print_stacktrace=1:halt_on_error=0"
 sanitized=0
-grep -qa AddressSanitizer "$QEMU" && sanitized=1
+grep -qa __asan_init "$QEMU" && sanitized=1
 stub_pid=""
 # shellcheck disable=SC2086
 cleanup() { [ -z "$stub_pid" ] || kill $stub_pid 2>/dev/null || true; rm -rf "$WORK"; }
