@@ -599,9 +599,12 @@ else echo "not ok - dead server: QEMU printed ${n_lines:-0} lines for the failed
 check "dead server: ... saying that more go unreported" "$DQ" "Further failed accesses to"
 check "dead server: ... with the stores on the waited channel (x_waited_channel)" "$WORK/dead.log" "WAITED CHANNEL open"
 if [ "$sanitized" = 1 ]; then
-    n="$(find "$WORK/san" -type f | wc -l)"
-    if [ "$n" = 0 ]; then echo "ok - sanitizer build: no ASan or UBSan report"; pass=$((pass + 1))
-    else echo "not ok - sanitizer build: $n reports"; head -n 30 "$WORK"/san/*; fail=$((fail + 1)); fi
+    # A log that holds only ASan's warning about QEMU's coroutines (makecontext and
+    # swapcontext: "may produce false positives") is no report.
+    mapfile -t san_reports < <(grep -lE 'ERROR: AddressSanitizer|runtime error:|SUMMARY: ' "$WORK"/san/* 2>/dev/null || true)
+    if [ "${#san_reports[@]}" = 0 ]; then
+        echo "ok - sanitizer build: no ASan or UBSan report ($(find "$WORK/san" -type f | wc -l) QEMU runs logged only ASan's coroutine warning)"; pass=$((pass + 1))
+    else echo "not ok - sanitizer build: ${#san_reports[@]} reports"; head -n 40 "${san_reports[@]}"; fail=$((fail + 1)); fi
 fi
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then
