@@ -5,16 +5,21 @@
 # properties, ISM PCISTB forwarding to vfio-user), as a minimal s390x-softmmu build.
 #
 # Usage: qemu-configs/build-qemu.sh          (or: make qemu)
+#        QEMU_SANITIZE=1 qemu-configs/build-qemu.sh   (or: make qemu-asan)
 #
 # Result: $BUILD_DIR/qemu -> $CACHE_DIR/qemu/<version>-<hash>/, so the emulator is
 #         $BUILD_DIR/qemu/bin/qemu-system-s390x
+#         With QEMU_SANITIZE=1, the same QEMU built a second time with AddressSanitizer
+#         and UndefinedBehaviorSanitizer: $BUILD_DIR/qemu-asan -> its own cache entry
+#         (the options are part of the key). Run the smoke test against it with
+#         QEMU=$BUILD_DIR/qemu-asan/bin/qemu-system-s390x qemu-configs/tests/pcistb-smoke.sh
 #
 # The install is cached under a name made from the Debian version and a hash of the
 # version, the patches, the configure options and the meson version (RECIPE): a warm run only verifies the cached binary and
 # re-links it. Build a fresh copy by removing that folder.
 #
 # Environment: CACHE_DIR, BUILD_DIR, DEBIAN_MIRROR, SHARED_MIRROR (see scripts/lib.sh);
-#              JOBS (default 2).
+#              JOBS (default 2); QEMU_SANITIZE (1: the sanitizer build).
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 no_arguments "$@"
 
@@ -47,6 +52,20 @@ CONFIGURE_OPTS=(
     --disable-werror
     --extra-cflags=-g0
 )
+# The sanitizer build: QEMU's own meson options asan and ubsan, which compile and link
+# QEMU with -fsanitize=address and -fsanitize=undefined (what meson's
+# b_sanitize=address,undefined would add) and know QEMU's exceptions (TCG's generated
+# code is called through a plain pointer). The firmware is not built with them.
+QEMU_SANITIZE="${QEMU_SANITIZE:-0}"
+LINK_NAME=qemu
+case "$QEMU_SANITIZE" in
+    0) ;;
+    1) CONFIGURE_OPTS+=(--enable-asan --enable-ubsan); LINK_NAME=qemu-asan
+       # QEMU frees little at exit: LeakSanitizer's report would fail verify_install's
+       # runs (the smoke test sets its own options)
+       export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}" ;;
+    *) die "QEMU_SANITIZE=$QEMU_SANITIZE: 0 or 1" ;;
+esac
 # Bump when the way this script builds or installs changes (the key covers the version,
 # the patches, the configure options and meson, not this script's messages).
 RECIPE=3
@@ -113,9 +132,9 @@ verify_install() {
 
 publish() {
     mkdir -p "$BUILD_DIR"
-    ln -sfn "$OUT" "$BUILD_DIR/.qemu.new"
-    mv -T "$BUILD_DIR/.qemu.new" "$BUILD_DIR/qemu"
-    step "QEMU ready: $BUILD_DIR/qemu/bin/qemu-system-s390x -> $QEMU_BIN"
+    ln -sfn "$OUT" "$BUILD_DIR/.$LINK_NAME.new"
+    mv -T "$BUILD_DIR/.$LINK_NAME.new" "$BUILD_DIR/$LINK_NAME"
+    step "QEMU ready: $BUILD_DIR/$LINK_NAME/bin/qemu-system-s390x -> $QEMU_BIN"
 }
 
 # One build at a time per cache (other checkouts may run this concurrently); a second

@@ -228,7 +228,7 @@ smctest echo self --host=127.0.0.1 --port=12345 --rounds=100'
 # What --qemu-opts adds to vng's QEMU command line. vng hands this string to a shell,
 # so the JSON device (vfio-user-pci takes its socket only in that form) is single-quoted.
 qemu_opts="-object memory-backend-memfd,id=ismmem,size=1G,share=on -machine memory-backend=ismmem"
-qemu_opts+=" -cpu max -device zpci,uid=2,fid=2,target=ism2,ism=on,pchid=$CHID"
+qemu_opts+=" -cpu max -global vfio-user-pci.x-waited-channel=on -device zpci,uid=2,fid=2,target=ism2,ism=on,pchid=$CHID"
 qemu_opts+=" -device '{\"driver\":\"vfio-user-pci\",\"id\":\"ism2\",\"socket\":{\"type\":\"unix\",\"path\":\"$sock\"}}'"
 vng_cmd=(vng --run "$ROOT/lib/modules/$rel/vmlinuz" --arch s390x --root "$ROOT"
     --qemu "$VNG_QEMU" --force-9p --memory 1G --cpus 2 --verbose

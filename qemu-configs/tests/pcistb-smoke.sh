@@ -61,6 +61,15 @@ ISM_KO="$(find "$KOUT/lib/modules/$KREL" -name 'ism.ko*' | head -1)"
 need_packages qemu-smoke
 
 WORK="$(mktemp -d /tmp/pcistb-smoke.XXXXXX)"
+# A QEMU built with ASan and UBSan (make qemu-asan: QEMU=build/qemu-asan/bin/...) writes
+# each report into $WORK/san/, which must stay empty. ASan stops QEMU at its first
+# report; UBSan goes on, so that every report is seen. Not LeakSanitizer: QEMU leaves
+# much to the exit, on purpose, and its report would be all of that.
+mkdir -p "$WORK/san"
+export ASAN_OPTIONS="log_path=$WORK/san/asan:detect_leaks=0:print_legend=0"
+export UBSAN_OPTIONS="log_path=$WORK/san/ubsan:print_stacktrace=1:halt_on_error=0"
+sanitized=0
+grep -qa __asan_init "$QEMU" && sanitized=1
 stub_pid=""
 # shellcheck disable=SC2086
 cleanup() { [ -z "$stub_pid" ] || kill $stub_pid 2>/dev/null || true; rm -rf "$WORK"; }
@@ -191,7 +200,9 @@ python3 "$HERE/pcistb-stub.py" "$WORK/hp7.sock" "$WORK/hp7.log" &
 stub_pid="$stub_pid $!"
 python3 "$HERE/pcistb-stub.py" "$WORK/hp8.sock" "$WORK/hp8.log" &
 stub_pid="$stub_pid $!"
-for s in hp6 hp7 hp8; do
+python3 "$HERE/pcistb-stub.py" "$WORK/hp9.sock" "$WORK/hp9.log" --no-msix &
+stub_pid="$stub_pid $!"
+for s in hp6 hp7 hp8 hp9; do
     wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
 done
 hp_add() {   # hp_add ID: the QMP device_add of vfio-user-pci ID on $WORK/ID.sock
@@ -203,9 +214,11 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-hotplug -k "$K
     -device "zpci,uid=6,fid=6,target=hp6,ism=on,pchid=$CHID" \
     -device "zpci,uid=7,fid=7,target=hp7,ism=on,pchid=$CHID,x-ism-post=on" \
     -device "zpci,uid=8,fid=8,target=hp8,ism=on,pchid=$CHID" \
+    -device "zpci,uid=9,fid=9,target=hp9,ism=on,pchid=$CHID" \
     >/dev/null 2>"$WORK/hp.err" &
 hp_pid=$!
-python3 "$HERE/qmp.py" "$WORK/hp.qmp" "$(hp_add hp6)" "$(hp_add hp7)" "$(hp_add hp8)" '{"execute":"cont"}' \
+python3 "$HERE/qmp.py" "$WORK/hp.qmp" "$(hp_add hp6)" "$(hp_add hp7)" "$(hp_add hp9)" "$(hp_add hp8)" \
+    '{"execute":"cont"}' \
     >"$WORK/hp.qmp.out" 2>&1 || true
 hp_rc=0
 wait $hp_pid || hp_rc=$?
@@ -250,6 +263,80 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-queue -k "$KOU
     -device "zpci,uid=3,fid=3,target=q3,ism=on,pchid=$CHID,x-ism-post=on" \
     -device "{\"driver\":\"vfio-user-pci\",\"id\":\"q3\",\"x-msg-timeout\":2000,\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/q3.sock\"}}" \
     >/dev/null 2>"$WORK/queue.err" || queue_rc=$?
+kill $stub_pid 2>/dev/null || true
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
+
+# The PCISTB sweep (stbtest.ko sweep=1): every shape of store against every address space
+# of an ISM function and of a control function, 990 each; each answer must be the
+# architecture's (stb-sweep-rule.py) and QEMU must live. Stores of more than 128 bytes
+# onto the MSI-X table or the PBA of an ISM function take the generic path, whose
+# 128-byte buffer they overflowed; one into a BAR the function does not implement made
+# the generic path dereference a NULL region.
+sed 's|^insmod /stbtest.ko queue=1$|insmod /stbtest.ko sweep=1|' "$WORK/ir/init" >"$WORK/init.sweep"
+install -m 755 "$WORK/init.sweep" "$WORK/ir/init"
+(cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-sweep.cpio.gz"
+python3 "$HERE/pcistb-stub.py" "$WORK/sw.sock" "$WORK/sw.log" --waited-channel &
+stub_pid=$!
+python3 "$HERE/pcistb-stub.py" "$WORK/swp.sock" "$WORK/swp.log" --device-id 0x04ee &
+stub_pid="$stub_pid $!"
+for s in sw swp; do
+    wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
+done
+sweep_rc=0
+QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-sweep -k "$KOUT/bzImage" \
+    -i "$WORK/initrd-sweep.cpio.gz" --ism "$WORK/sw.sock" --chid "$CHID" --timeout 120 \
+    --log "$WORK/sweep.console.log" -- \
+    -device zpci,uid=3,fid=3,target=swp3 \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"swp3\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/swp.sock\"}}" \
+    >/dev/null 2>"$WORK/sweep.err" || sweep_rc=$?
+kill $stub_pid 2>/dev/null || true
+# shellcheck disable=SC2086
+wait $stub_pid 2>/dev/null || true; stub_pid=""
+python3 "$HERE/stb-sweep-rule.py" "$WORK/sweep.console.log" 0002:00:00.0:ism 0003:00:00.0:plain \
+    >"$WORK/sweep.rule" 2>&1 || true
+
+# Misbehaving servers: eight ISM functions (uid 2-9, x-msg-timeout 2 s), each on a stub
+# that misbehaves in its reply to the guest's waited store at SF+0xf00 (pcistb-stub.py
+# --misbehave), on the main connection (m) or on x_waited_channel's (w). After it the
+# guest stores once more. QEMU must live, each wait must end within the timeout (at
+# once when the server is gone), the store must get cc 1 (-EIO) unless the reply was
+# good, and each failure must be reported once.
+# Two more (uid 10, 11) behave in their replies but not in the VERSION exchange: one
+# announces x_waited_channel and then refuses VFIO_USER_X_WAITED_CHANNEL (the device must
+# plug all the same and use the main connection), one announces capabilities QEMU did
+# not propose, to a QEMU told x-waited-channel=off (it must not open the channel).
+# The last (uid 12, x-ism-post=on) never answers the store at SF+0xf00 in time: it
+# sends that reply, an error, only when a later request comes with the same message ID
+# (stbtest's alias_uid: 68000 more stores, posted then waited, so QEMU's 16-bit IDs
+# wrap); QEMU must not give that ID to a new request while the late reply may come.
+MIS_MODES="2:hdr-stall:m 3:hdr-exit:m 4:trickle:m 5:trickle:w 6:mid-body-exit:m 7:hdr-stall:w 8:old-id:m 9:huge-size:m 10:refuse-waited-channel:- 11:unsolicited-caps:- 12:late-error:m"
+sed 's|^insmod /stbtest.ko sweep=1$|insmod /stbtest.ko mis=1 alias_uid=12|' "$WORK/ir/init" >"$WORK/init.mis"
+install -m 755 "$WORK/init.mis" "$WORK/ir/init"
+(cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-mis.cpio.gz"
+mis_devs=()
+for e in $MIS_MODES; do
+    IFS=: read -r u mode ch <<<"$e"
+    stub_opts=(--misbehave "$mode" --stall-secs 3) wc_prop="" zpci_post=""
+    [ "$ch" = w ] && stub_opts+=(--waited-channel)
+    [ "$mode" = late-error ] && stub_opts+=(--posted-moves) && zpci_post=",x-ism-post=on"
+    case "$mode" in
+        refuse-waited-channel) stub_opts=(--refuse-waited-channel) ;;
+        unsolicited-caps) stub_opts=(--unsolicited-caps) wc_prop='"x-waited-channel":false,' ;;
+    esac
+    python3 "$HERE/pcistb-stub.py" "$WORK/m$u.sock" "$WORK/m$u.log" "${stub_opts[@]}" &
+    stub_pid="$stub_pid $!"
+    mis_devs+=(-device "zpci,uid=$u,fid=$u,target=m$u,ism=on,pchid=$CHID$zpci_post"
+               -device "{\"driver\":\"vfio-user-pci\",\"id\":\"m$u\",\"x-msg-timeout\":2000,$wc_prop\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/m$u.sock\"}}")
+done
+for e in $MIS_MODES; do
+    wait_for_socket "$WORK/m${e%%:*}.sock" 5 || die "the stub did not create $WORK/m${e%%:*}.sock"
+done
+mis_rc=0
+QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-mis -k "$KOUT/bzImage" \
+    -i "$WORK/initrd-mis.cpio.gz" --chid "$CHID" --timeout 120 --log "$WORK/mis.console.log" -- \
+    "${mis_devs[@]}" >/dev/null 2>"$WORK/mis.err" || mis_rc=$?
+# shellcheck disable=SC2086
 kill $stub_pid 2>/dev/null || true
 # shellcheck disable=SC2086
 wait $stub_pid 2>/dev/null || true; stub_pid=""
@@ -406,6 +493,9 @@ else echo "not ok - hotplug: guest run failed (rc=$hp_rc)"; tail -n 5 "$WORK/hp.
 check "hotplug: the guest's CLP LIST has the plugged function" "$WORK/hp.console.log" "SMOKE: PCI 0008:00:00.0 vendor=0x1014 device=0x04ed pchid=$CHID pft=0x05"
 check_absent "hotplug: ... not the one refused for its transfer size" "$WORK/hp.console.log" "SMOKE: PCI 0006:"
 check_absent "hotplug: ... nor the one refused for the capability" "$WORK/hp.console.log" "SMOKE: PCI 0007:"
+check "hotplug: a server without MSI-X: refused (s390x requires MSI-X)" "$WORK/hp.qmp.out" \
+    "error device_add: MSI-X support is mandatory in the S390 architecture"
+check_absent "hotplug: ... and not in the guest's CLP LIST (the refusal came after the attach)" "$WORK/hp.console.log" "SMOKE: PCI 0009:"
 # the vfio-user client's queue
 QC="$WORK/queue.console.log" F2=0002:00:00.0 F3=0003:00:00.0
 if [ "$queue_rc" = 0 ]; then echo "ok - queue: the guest ran and powered off"; pass=$((pass + 1))
@@ -431,6 +521,58 @@ check "queue: server gone with writes still queued: the 20 stores after it all f
 n="$(sed -n "s/.*STBT: $F3 QUEUE last20 failed=[0-9]* ms=\([0-9]*\).*/\1/p" "$QC" | head -1)"
 if [ -n "$n" ] && [ "$n" -lt 1000 ]; then echo "ok - queue: ... at once (${n} ms for 20), none waits for a timeout"; pass=$((pass + 1))
 else echo "not ok - queue: the 20 stores after the server went away took ${n:-?} ms"; fail=$((fail + 1)); fi
+# the PCISTB sweep
+if [ "$sweep_rc" = 0 ]; then echo "ok - sweep: the guest ran and powered off (QEMU lived)"; pass=$((pass + 1))
+else echo "not ok - sweep: guest run failed (rc=$sweep_rc)"; tail -n 5 "$WORK/sweep.err"; fail=$((fail + 1)); fi
+for fk in 0002:00:00.0:ISM 0003:00:00.0:control; do
+    check "sweep: $fk: 990 stores" "$WORK/sweep.console.log" "STBT: ${fk%:*} SWEEP done stores=990"
+    check "sweep: $fk: every answer as the architecture's rule" "$WORK/sweep.rule" "SWEEP ${fk%:*} shapes=990 mismatches=0"
+done
+grep MISMATCH "$WORK/sweep.rule" | head -10 || true
+# misbehaving servers
+MC="$WORK/mis.console.log" MQ="$WORK/mis.qemu.log"
+if [ "$mis_rc" = 0 ]; then echo "ok - misbehaving servers: the guest ran and powered off (QEMU lived)"; pass=$((pass + 1))
+else echo "not ok - misbehaving servers: guest run failed (rc=$mis_rc)"; tail -n 5 "$WORK/mis.err"; fail=$((fail + 1)); fi
+# uid:what:store rc:most ms the vCPU may wait:rc of the store after it ("-": either)
+for e in "2:reply header, then a stall (main connection):-5:3000:0" \
+         "3:reply header, then exit:-5:1000:-5" \
+         "4:reply header, then a byte a second (main connection):-5:3000:-" \
+         "5:reply header, then a byte a second (waited channel):-5:3000:-" \
+         "6:exit in the middle of the body:-5:1000:-5" \
+         "7:reply header, then a stall (waited channel):-5:3000:0" \
+         "8:a reply with an old ID first:0:1000:0" \
+         "9:a reply declaring 2 GiB:-5:1000:-5" \
+         "10:VFIO_USER_X_WAITED_CHANNEL refused:0:1000:0" \
+         "11:unsolicited capabilities:0:1000:0" \
+         "12:no reply in time, then a late error reply:-5:3000:0"; do
+    IFS=: read -r u what want_rc max_ms after_rc <<<"$e"
+    fn="$(printf '%04x:00:00.0' "$u")"
+    line="$(grep -F "STBT: $fn MIS store " "$MC" | head -1 || true)"
+    rc_="$(sed -n 's/.* rc=\([-0-9]*\) .*/\1/p' <<<"$line")" ms_="$(sed -n 's/.* ms=\([0-9]*\).*/\1/p' <<<"$line")"
+    if [ "$rc_" = "$want_rc" ] && [ -n "$ms_" ] && [ "$ms_" -le "$max_ms" ]; then
+        echo "ok - misbehaving server, $what: rc $rc_ after ${ms_} ms (at most $max_ms)"; pass=$((pass + 1))
+    else echo "not ok - misbehaving server, $what: rc '${rc_:-?}' after '${ms_:-?}' ms, not rc $want_rc within $max_ms ms"; fail=$((fail + 1)); fi
+    if [ "$after_rc" != - ]; then
+        check "misbehaving server, $what: the store after it: rc $after_rc" "$MC" "STBT: $fn MIS after rc=$after_rc "
+    fi
+    if [ "$want_rc" != 0 ]; then
+        n="$(grep -cF "Further failed accesses to vfio-user:$WORK/m$u.sock " "$MQ" || true)"
+        if [ "$n" = 1 ]; then echo "ok - misbehaving server, $what: reported once"; pass=$((pass + 1))
+        else echo "not ok - misbehaving server, $what: $n 'Further failed accesses' lines, not 1"; fail=$((fail + 1)); fi
+    fi
+done
+check "misbehaving server, old ID: the stub sent the old reply first" "$WORK/m8.log" "a reply with the old ID"
+n="$(grep -cE 'vfio_user_device_io_region_(write|read):' "$MQ" || true)"
+if [ "$n" -le 8 ]; then echo "ok - misbehaving servers: $n failed-access lines for the 8 functions whose store failed"; pass=$((pass + 1))
+else echo "not ok - misbehaving servers: $n failed-access lines for the 8 functions whose store failed"; fail=$((fail + 1)); fi
+check "late reply: 68000 stores after it, none fails (no newer request took its ID)" "$MC" \
+    "STBT: 000c:00:00.0 ALIAS posted=63000 failed=0 waited=5000 failed=0 "
+check_re "late reply: ... QEMU's IDs wrapped, and no request came with the late reply's ID" "$WORK/m12.log" \
+    "^withheld reply 0x[0-9a-f]+ never sent: no request took its ID in (6553[6-9]|655[4-9][0-9]|65[6-9][0-9]{2}|6[6-9][0-9]{3}|[7-9][0-9]{4}|[0-9]{6,}) messages"
+check "x_waited_channel refused: the stub refused it" "$WORK/m10.log" "X_WAITED_CHANNEL refused"
+check "x_waited_channel refused: QEMU warns and takes the main connection" "$MQ" "the server refused the waited channel"
+check_absent "x-waited-channel=off: QEMU does not propose x_waited_channel" "$WORK/m11.log" '"x_waited_channel"'
+check_absent "x-waited-channel=off: ... nor opens it when the server announces it unasked" "$WORK/m11.log" "X_WAITED_CHANNEL requested"
 # the series' qtest
 if [ "$qtest_rc" = 0 ]; then echo "ok - qtest s390x-zpci-ism-test: passed"; pass=$((pass + 1))
 else echo "not ok - qtest s390x-zpci-ism-test: status $qtest_rc"; tail -n 20 "$WORK/qtest.out"; fail=$((fail + 1)); fi
@@ -456,6 +598,14 @@ if [ "${n_lines:-0}" -eq 1 ]; then echo "ok - dead server: QEMU reports the fail
 else echo "not ok - dead server: QEMU printed ${n_lines:-0} lines for the failed accesses, not 1"; fail=$((fail + 1)); fi
 check "dead server: ... saying that more go unreported" "$DQ" "Further failed accesses to"
 check "dead server: ... with the stores on the waited channel (x_waited_channel)" "$WORK/dead.log" "WAITED CHANNEL open"
+if [ "$sanitized" = 1 ]; then
+    # A log that holds only ASan's warning about QEMU's coroutines (makecontext and
+    # swapcontext: "may produce false positives") is no report.
+    mapfile -t san_reports < <(grep -lE 'ERROR: AddressSanitizer|runtime error:|SUMMARY: ' "$WORK"/san/* 2>/dev/null || true)
+    if [ "${#san_reports[@]}" = 0 ]; then
+        echo "ok - sanitizer build: no ASan or UBSan report ($(find "$WORK/san" -type f | wc -l) QEMU runs logged only ASan's coroutine warning)"; pass=$((pass + 1))
+    else echo "not ok - sanitizer build: ${#san_reports[@]} reports"; head -n 40 "${san_reports[@]}"; fail=$((fail + 1)); fi
+fi
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then
     echo "--- console:"; grep -E 'SMOKE|STBT' "$C" | tail -30

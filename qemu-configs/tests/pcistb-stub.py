@@ -44,6 +44,25 @@ and takes the second connection QEMU then hands it (VFIO_USER_X_WAITED_CHANNEL, 
 as "WAITED CHANNEL open"): it serves the main connection's messages first and replies
 on the connection a request came on; a failure there closes that connection only. At
 the end it logs "waited channel: N requests".
+With --misbehave MODE, the stub misbehaves in its reply to a waited BAR 0 write at
+SF+0xf00 (MIS_OFFSET), on whichever connection the request came (logged "MISBEHAVE"):
+  hdr-stall      the reply's header, then nothing for --stall-secs, then its body
+  hdr-exit       the reply's header, then exit
+  trickle        the reply's header, then its body one byte every --trickle-secs
+                 (default 1); a failed send (QEMU closed the connection) ends it
+  mid-body-exit  the header and half the body, then exit
+  old-id         first a reply with the ID of the request answered before, then the
+                 real reply
+  huge-size      a reply header that declares a size of 0x7fffffff bytes, and no body
+  late-error     no reply (QEMU's wait times out); the reply, an error (EIO), is sent
+                 late: just before the reply to the next request that comes with the
+                 same message ID (after QEMU's 16-bit IDs wrapped), logged "ALIAS".
+                 A client that let a new request take the ID of one whose late reply
+                 may still come would take that error for the new request's answer.
+With --refuse-waited-channel, the stub announces x_waited_channel but answers
+VFIO_USER_X_WAITED_CHANNEL with an error (EINVAL). With --unsolicited-caps, its VERSION
+reply carries capabilities the client did not propose: x_waited_channel (whether or not
+proposed) and an unknown "x_no_such_capability".
 The data of a write longer than 64 bytes is logged up to its 64th byte, then "...".
 Exits when the client disconnects.
 
@@ -52,6 +71,8 @@ Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN] [--di
                       [--posted-moves]     (announce "x_ism_posted_moves": true)
                       [--stall-on OFFSET [--stall-secs S] [--die-after-stall]]
                       [--slow-on OFFSET [--slow-secs S]] [--waited-channel]
+                      [--misbehave MODE [--trickle-secs S]] [--refuse-waited-channel]
+                      [--unsolicited-caps] [--no-msix]
 """
 import argparse, array, json, os, select, socket, struct, time
 
@@ -75,6 +96,16 @@ ap.add_argument("--slow-on", type=lambda s: int(s, 0), default=None,
 ap.add_argument("--slow-secs", type=float, default=3.0)
 ap.add_argument("--waited-channel", action="store_true",
                 help='announce "x_waited_channel": true and take the second connection')
+ap.add_argument("--misbehave", choices=["hdr-stall", "hdr-exit", "trickle", "mid-body-exit",
+                                        "old-id", "huge-size", "late-error"], default=None,
+                help="misbehave in the reply to a waited BAR 0 write at SF+0xf00")
+ap.add_argument("--trickle-secs", type=float, default=1.0)
+ap.add_argument("--refuse-waited-channel", action="store_true",
+                help="announce x_waited_channel, then refuse VFIO_USER_X_WAITED_CHANNEL")
+ap.add_argument("--unsolicited-caps", action="store_true",
+                help="answer VERSION with capabilities the client did not propose")
+ap.add_argument("--no-msix", action="store_true",
+                help="no MSI-X capability (s390x requires one: QEMU must refuse the plug)")
 ap.add_argument("--device-id", type=lambda s: int(s, 0), default=0x04ED,
                 help="PCI device id (another id keeps the ism driver off the function)")
 args = ap.parse_args()
@@ -94,6 +125,10 @@ REJECT_BAR0 = {SF | 0x800: EINVAL, SF | 0x880: 2, SF | 0x900: 34, SF | 0x980: EO
                SF | 0xa00: 5}
 SHORT_BAR0_OFFSET = SF | 0xa80
 HELD_BAR0_OFFSET = 0xb00
+MIS_OFFSET = SF | 0xf00
+prev_mid = None                                       # ID of the request answered before
+withheld = None                                       # late-error: (ID, cmd) of the withheld reply
+max_gap = 0                                           # late-error: messages seen since it
 held = {}                                             # DMB -> errno of a held failure
 BAR_SIZES = {0: 1 << 24, 2: 4096, 4: 4096}
 CONFIG_REGION = 7
@@ -111,6 +146,9 @@ cfg[0x40:0x42] = bytes([0x05, 0x50])                  # MSI, next 0x50
 struct.pack_into("<H", cfg, 0x42, 0x80)               # 64-bit, 1 vector
 cfg[0x50:0x52] = bytes([0x11, 0x00])                  # MSI-X, last
 struct.pack_into("<HII", cfg, 0x52, 0, 4, 0x800 | 4)  # 1 entry; table BAR4+0, PBA BAR4+0x800
+if args.no_msix:
+    cfg[0x41] = 0x00                                  # MSI is the last capability
+    cfg[0x50:0x5a] = bytes(10)
 cmdbuf = bytearray(4096)
 
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -146,8 +184,48 @@ def recv_exact(sock, n):
 
 
 def reply(mid, cmd, body=b"", err=0):
+    global prev_mid
     flags = REPLY | (ERROR if err else 0)
     src.sendall(HDR.pack(mid, cmd, HDR.size + len(body), flags, err) + body)
+    prev_mid = mid
+
+
+def misbehave(mid, cmd, body):
+    """The reply to the write at MIS_OFFSET, as --misbehave says."""
+    mode = args.misbehave
+    hdr = HDR.pack(mid, cmd, HDR.size + len(body), REPLY, 0)
+    log(f"MISBEHAVE {mode} (id 0x{mid:x}, on the {'waited' if src is waited else 'main'} connection)")
+    if mode == "old-id":
+        old = prev_mid if prev_mid is not None else (mid - 1) & 0xffff
+        log(f"  a reply with the old ID 0x{old:x} first")
+        src.sendall(HDR.pack(old, cmd, HDR.size + len(body), REPLY, 0) + body)
+        reply(mid, cmd, body)
+        return
+    if mode == "late-error":
+        global withheld
+        withheld = (mid, cmd)
+        log("  reply withheld, to be sent late as an error")
+        return
+    if mode == "huge-size":
+        src.sendall(HDR.pack(mid, cmd, 0x7fffffff, REPLY, 0))
+        return
+    src.sendall(hdr)
+    if mode == "hdr-exit":
+        log("  DYING after the header")
+        os._exit(0)
+    if mode == "mid-body-exit":
+        src.sendall(body[:len(body) // 2])
+        log("  DYING in the middle of the body")
+        os._exit(0)
+    if mode == "hdr-stall":
+        time.sleep(args.stall_secs)
+        log(f"  the body after {args.stall_secs} s")
+        src.sendall(body)
+        return
+    for i in range(len(body)):                        # trickle
+        time.sleep(args.trickle_secs)
+        src.sendall(body[i:i + 1])
+    log("  trickled the whole body")
 
 
 def close_waited(why):
@@ -225,17 +303,28 @@ def serve_one():
     body = recv_exact(src, size - HDR.size) if size > HDR.size else b""
     fds = list(fds_in)
     posted = bool(flags & NO_REPLY)
+    global withheld, max_gap
+    if withheld is not None:
+        max_gap += 1
+        if mid == withheld[0]:
+            log(f"ALIAS: request 0x{mid:x} ({'posted' if posted else 'waited'}) has the ID of the "
+                f"withheld reply, which goes first, {max_gap} messages later")
+            reply(withheld[0], withheld[1], err=5)
+            withheld = None
     if src is waited:
         waited_requests += 1
     if cmd == 0x7f00 and src is conn and args.waited_channel and waited is None \
-            and len(fds) == 1:                        # X_WAITED_CHANNEL
+            and len(fds) == 1 and not args.refuse_waited_channel:                        # X_WAITED_CHANNEL
         waited = socket.socket(fileno=fds.pop())
         log("WAITED CHANNEL open")
         reply(mid, cmd)
+    if cmd == 0x7f00:
+        log(f"X_WAITED_CHANNEL requested ({len(fds)} fd)")
     for fd in fds:                                    # DMA_MAP's and others: not needed
         os.close(fd)
     if cmd == 0x7f00:
         if waited is None or src is waited:
+            log("X_WAITED_CHANNEL refused")
             reply(mid, cmd, err=EINVAL)
     else:
         serve_command(mid, cmd, posted, body)
@@ -249,8 +338,10 @@ def serve_command(mid, cmd, posted, body):
         mine = {"max_msg_fds": 8, "max_data_xfer_size": args.max_xfer}
         if args.posted_moves:
             mine["x_ism_posted_moves"] = True
-        if args.waited_channel:
+        if args.waited_channel or args.refuse_waited_channel or args.unsolicited_caps:
             mine["x_waited_channel"] = True
+        if args.unsolicited_caps:
+            mine["x_no_such_capability"] = True
         caps = json.dumps({"capabilities": mine}).encode()
         reply(mid, cmd, struct.pack("<HH", 0, 0) + caps + b"\0")
     elif cmd == 4:                                    # DEVICE_GET_INFO: PCI|RESET, 9 regions, 5 irqs
@@ -278,7 +369,9 @@ def serve_command(mid, cmd, posted, body):
         off, reg, cnt = struct.unpack_from("<QII", body)
         err = region_write(reg, off, body[16:16 + cnt])
         if not posted:
-            if err:
+            if reg == 0 and off == MIS_OFFSET and args.misbehave:
+                misbehave(mid, cmd, struct.pack("<QII", off, reg, cnt))
+            elif err:
                 reply(mid, cmd, err=err)
             else:
                 short = reg == 0 and off == SHORT_BAR0_OFFSET and cnt > 0
@@ -307,3 +400,5 @@ while True:
         break
 if args.waited_channel:
     log(f"waited channel: {waited_requests} requests")
+if withheld is not None:
+    log(f"withheld reply 0x{withheld[0]:x} never sent: no request took its ID in {max_gap} messages")

@@ -123,6 +123,105 @@ static void stbtest_queue(struct pci_dev *pdev)
 	free_pages((unsigned long)buf, 0);
 }
 
+/*
+ * sweep=1: PCISTB of every shape against every address space of the function:
+ * pcias 0-5 (the BARs; the stub implements 0, 2 and 4, with the MSI-X table at BAR 4
+ * offset 0 and the PBA at 0x800), 6, 7 and 15 (no BAR); lengths around the default
+ * group's 128-byte buffer and ISM's 4096; offsets aligned and not, onto and across
+ * the MSI-X table and the PBA, at and beyond a BAR's end. Prints one line per address
+ * space and offset with the rc of each length, in the order of lens[];
+ * pcistb-smoke.sh compares each rc with the architecture's rule. From a buffer
+ * aligned to 8 bytes, as the generic path demands.
+ */
+static bool sweep;
+module_param(sweep, bool, 0444);
+
+static void stbtest_sweep(struct pci_dev *pdev)
+{
+	static const int lens[] = { 1, 8, 16, 128, 129, 136, 1024, 4095, 4096, 4097, 8191 };
+	static const u64 offs[] = { 0x0, 0x3, 0x8, 0x7f8, 0x800, 0x804, 0xff8, 0x1000,
+				    0xfff000, 0x1000000 };
+	static const int spaces[] = { 0, 1, 2, 3, 4, 5, 6, 7, 15 };
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
+	int a, o, l, rc, stores = 0;
+	u8 *buf;
+
+	buf = (u8 *)__get_free_pages(GFP_KERNEL, 2);
+	if (!buf)
+		return;
+	for (l = 0; l < 4 * PAGE_SIZE; l++)
+		buf[l] = l & 0xff;
+	/* one line per address space and offset, the rcs in the order of lens[] */
+	for (a = 0; a < ARRAY_SIZE(spaces); a++)
+		for (o = 0; o < ARRAY_SIZE(offs); o++) {
+			char line[128];
+			int pos = 0;
+
+			for (l = 0; l < ARRAY_SIZE(lens); l++) {
+				rc = stb(zdev, spaces[a], offs[o], buf, lens[l]);
+				pos += scnprintf(line + pos, sizeof(line) - pos, "%s%d",
+						 l ? "," : "", rc);
+				stores++;
+			}
+			pr_info("STBT: %s SW as=%d off=0x%llx rc=%s\n", n, spaces[a],
+				offs[o], line);
+		}
+	pr_info("STBT: %s SWEEP done stores=%d\n", n, stores);
+	free_pages((unsigned long)buf, 2);
+}
+
+/*
+ * mis=1: against a stub that misbehaves (pcistb-stub.py --misbehave) in its reply to a
+ * waited store at SF+0xf00: that store, then one at SF+0xf80; each with its rc and the
+ * milliseconds the vCPU waited.
+ */
+static bool mis;
+module_param(mis, bool, 0444);
+
+/*
+ * alias_uid=N: for the function with that uid (x-ism-post=on, a stub with
+ * --misbehave late-error), after the misbehaving store: 63000 posted data moves, then
+ * 5000 waited stores, so that QEMU's 16-bit message IDs wrap once around the ID of the
+ * store whose reply the stub withholds; every store after it must succeed.
+ */
+static int alias_uid = -1;
+module_param(alias_uid, int, 0444);
+
+static void stbtest_alias(struct pci_dev *pdev)
+{
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
+	int i, failed = 0, wfailed = 0;
+	u8 buf[16] = { 0 };
+	ktime_t t0 = ktime_get();
+
+	for (i = 0; i < 63000; i++)
+		failed += stb(zdev, 0, 0x100, buf, 8) != 0;
+	for (i = 0; i < 5000; i++)
+		wfailed += stb(zdev, 0, SF | 0x180, buf, 8) != 0;
+	pr_info("STBT: %s ALIAS posted=63000 failed=%d waited=5000 failed=%d ms=%lld\n", n,
+		failed, wfailed, ktime_ms_delta(ktime_get(), t0));
+}
+
+static void stbtest_mis(struct pci_dev *pdev)
+{
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
+	u8 buf[16] = { 0 };
+	ktime_t t0;
+	int rc;
+
+	t0 = ktime_get();
+	rc = stb(zdev, 0, SF | 0xf00, buf, 16);
+	pr_info("STBT: %s MIS store rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
+	if (zdev->uid == alias_uid)
+		stbtest_alias(pdev);
+	t0 = ktime_get();
+	rc = stb(zdev, 0, SF | 0xf80, buf, 16);
+	pr_info("STBT: %s MIS after rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
+}
+
 /* Every IBM (1014) function: the ISM one (04ed) and any test function beside it. */
 static int __init stbtest_init(void)
 {
@@ -133,6 +232,10 @@ static int __init stbtest_init(void)
 			stbtest_dead(pdev);
 		else if (queue)
 			stbtest_queue(pdev);
+		else if (sweep)
+			stbtest_sweep(pdev);
+		else if (mis)
+			stbtest_mis(pdev);
 		else
 			stbtest_one(pdev);
 	}
