@@ -1021,7 +1021,7 @@ fn help_documents_the_exit_statuses() {
     let out = run(&["observe", "summary", "--help"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("Exit with 3 if the verdict is STALE, 4 if it is UNKNOWN"),
+        text.contains("Exit with 3 if the verdict is STALE or CROSSED, 4 if it is UNKNOWN"),
         "{text}"
     );
 }
