@@ -74,6 +74,12 @@ struct Model {
     closes: u64,
     bytes: u64,
     signals: u64,
+    /// Closed, with data moves since: the nonzero bytes the DMB held before the first.
+    pending: Option<u64>,
+    /// Where the open connection's CDC may put its producer count: the last one
+    /// announced, or the end of a data move since (None: more than the observer keeps).
+    announced: u64,
+    ends: Option<Vec<u64>>,
 }
 
 impl Model {
@@ -85,6 +91,21 @@ impl Model {
             closes: 0,
             bytes: 0,
             signals: 0,
+            pending: None,
+            announced: 0,
+            ends: Some(Vec::new()),
+        }
+    }
+
+    fn data_moved(ends: &mut Option<Vec<u64>>, offset: u32, len: usize, dmb_len: u32) {
+        let area = u64::from(dmb_len).saturating_sub(32);
+        let (Some(list), true, true) = (ends.as_mut(), area > 0, offset >= 32) else {
+            return;
+        };
+        if list.len() < 512 {
+            list.push((u64::from(offset) - 32 + len as u64) % area);
+        } else {
+            *ends = None;
         }
     }
 }
@@ -93,29 +114,79 @@ fn is_cdc(offset: u32, signal: bool, data: &[u8]) -> bool {
     offset == 0 && signal && data.len() >= 32 && data[0] == 0xfe
 }
 
-/// The model's step for an accepted move. Returns whether it reopened a closed DMB.
-fn step(m: &mut Model, offset: u32, signal: bool, data: &[u8]) -> bool {
+/// The model's step for an accepted move (docs/observer.md: a move into a closed DMB only
+/// may start a connection, the next CDC decides; a CDC whose producer count is not the
+/// open connection's is foreign and changes nothing). Returns, when it reopened a closed
+/// DMB, the nonzero bytes the reuse check must have found.
+fn step(
+    m: &mut Model,
+    offset: u32,
+    signal: bool,
+    data: &[u8],
+    dmb_len: u32,
+    before: u64,
+) -> Option<u64> {
     m.bytes += data.len() as u64;
     m.signals += u64::from(signal);
     let cdc = is_cdc(offset, signal, data);
     let closing = cdc && data[23] & 0x60 != 0;
-    let mut reopened = false;
+    let mut reopened = None;
     match m.state {
         ConnState::Fresh => {
             m.connections += 1;
             m.state = ConnState::Open;
+            m.announced = 0;
+            m.ends = Some(Vec::new());
+            if !cdc {
+                Model::data_moved(&mut m.ends, offset, data.len(), dmb_len);
+            }
         }
-        ConnState::Closed if !closing => {
+        ConnState::Closed if !cdc => {
+            if m.pending.is_none() {
+                m.pending = Some(before);
+                m.ends = Some(Vec::new());
+                m.announced = 0;
+            }
+            Model::data_moved(&mut m.ends, offset, data.len(), dmb_len);
+            return None;
+        }
+        ConnState::Closed if closing => {
+            m.pending = None;
+            return None;
+        }
+        ConnState::Closed => {
             m.connections += 1;
             m.reuses += 1;
             m.state = ConnState::Open;
-            reopened = true;
+            // With data moves since the close, the connection starts with their cursor.
+            reopened = Some(m.pending.take().unwrap_or_else(|| {
+                m.announced = 0;
+                m.ends = Some(Vec::new());
+                before
+            }));
         }
-        _ => {}
+        ConnState::Open => {
+            if !cdc {
+                Model::data_moved(&mut m.ends, offset, data.len(), dmb_len);
+                return None;
+            }
+        }
     }
-    if closing && m.state == ConnState::Open {
-        m.state = ConnState::Closed;
-        m.closes += 1;
+    if cdc && m.state == ConnState::Open && u64::from(dmb_len) > 32 {
+        let seen = u64::from(u32::from_be_bytes(data[10..14].try_into().unwrap()));
+        let ours = match &m.ends {
+            None => true,
+            Some(ends) => seen == m.announced || ends.contains(&seen),
+        };
+        if !ours {
+            return reopened;
+        }
+        m.announced = seen;
+        m.ends = Some(Vec::new());
+        if closing {
+            m.state = ConnState::Closed;
+            m.closes += 1;
+        }
     }
     reopened
 }
@@ -157,12 +228,12 @@ impl Run {
             return;
         }
         let model = self.models.entry(token).or_insert_with(Model::new);
-        let reopened = step(model, offset, signal, data);
-        if reopened {
+        let dmb_len = self.world.fabric.dmb(token).map_or(0, |d| d.len);
+        let nonzero = before.iter().filter(|&&b| b != 0).count() as u64;
+        if let Some(stale) = step(model, offset, signal, data, dmb_len, nonzero) {
             let summary = self.summary(token);
             let record = summary.recent.last().expect("a reuse has a record");
             if let Some(clean) = record.reuse_clean {
-                let stale = before.iter().filter(|&&b| b != 0).count() as u64;
                 assert_eq!(record.stale_bytes, stale, "stale bytes of the reuse check");
                 assert_eq!(clean, stale == 0, "clean verdict of the reuse check");
             }
