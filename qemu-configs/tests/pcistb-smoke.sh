@@ -37,8 +37,8 @@ PKGVER="$(sed -n 's/^PKGVER=//p' "$BUILD_DIR/kernel-$KERNEL/build-info")"
 KBUILD_DIR="${KBUILD_DIR:-$CACHE_DIR/kernel/work/$PKGVER/obj}"
 [ -f "$KBUILD_DIR/Module.symvers" ] || missing "kernel build tree $KBUILD_DIR (set KBUILD_DIR)"
 KREL="$(cat "$KBUILD_DIR/include/config/kernel.release" 2>/dev/null)"
-# The build tree holds whichever variant (stock, prezero, nozero) was built last; the
-# variants differ only in SMC's buffer zeroing, so use the kernel that matches the tree.
+# The build tree holds whichever variant was built last; the variants differ only in
+# net/smc, which stbtest.ko does not touch, so use the kernel that matches the tree.
 find_kout() {
     KOUT=""
     local d
@@ -50,7 +50,10 @@ find_kout() {
 if ! find_kout; then
     # The tree was last built for another variant than the ones published in this
     # BUILD_DIR (a fresh clone shares the cache): publish that variant (cached: seconds).
-    case "$KREL" in *-prezero) tree_variant=prezero ;; *-nozero) tree_variant=nozero ;; *) tree_variant=stock ;; esac
+    # build-kernel.sh names a variant's release <upstream version>-<VARIANT>.
+    tree_variant="${KREL#"${PKGVER%-*}"}"
+    tree_variant="${tree_variant#-}"
+    tree_variant="${tree_variant:-stock}"
     KERNEL="$KERNEL" VARIANT="$tree_variant" "$REPO_ROOT/guest-tests/build-kernel.sh" >&2 || true
     find_kout || true
 fi
