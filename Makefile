@@ -24,13 +24,13 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu qemu-asan qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults \
-	bug-livelock bug-lateabort bug-chid0 hops lint clean \
+	bug-livelock bug-lateabort bug-chid0 hops coverage lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|loopback] [GCOV=1] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: README.md; defaults: scripts/config.sh."
@@ -85,6 +85,7 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	python3 scripts/test_check_e2e.py
 	python3 scripts/test_hops.py
 	python3 scripts/test_reuse_verdict.py
+	python3 scripts/test_coverage.py
 	python3 scripts/test_bench_guests.py
 	/usr/bin/python3 scripts/test_timeline.py
 
@@ -182,6 +183,13 @@ experiment: images emulator ## the seed commit's experiment: zeroing at release 
 # each scenario's outcome asserted from both guests and the event stream.
 faults: images emulator ## fault scenarios against the unmodified kernels of two guests
 	scripts/faults.sh
+
+# The guest kernel's coverage of net/smc, the ism driver and dibs (scripts/coverage.sh,
+# docs/coverage.md): the default line's suites on GCOV=1 kernels, beside the loopback-ism
+# anchor; one table, build/coverage/summary.json and an HTML report. COVERAGE_SHORT=1: CI's
+# short form (one topology, no anchor).
+coverage: qemu emulator ## the guest kernel's coverage of SMC-D, emulated ISM against loopback-ism
+	scripts/coverage.sh $(if $(filter 1,$(COVERAGE_SHORT)),--short)
 
 # The known net/smc receive livelock (scripts/bug-livelock.sh, guest-tests/kernel/patches/
 # rxabort-fix/README.md), made deterministic with the fault tools: on each line of

@@ -3,9 +3,13 @@
 #
 #   KERNEL=X.Y       kernel line, one of scripts/config.sh's KERNEL_LINES (default
 #                    6.12): Debian's linux-source-X.Y package, named in the table below
-#   VARIANT=stock|prezero|nozero
+#   VARIANT=stock|prezero|nozero|...   (scripts/config.sh's VARIANTS)
 #                    stock = the unmodified tree; the others apply
-#                    guest-tests/kernel/patches/<variant>/*.patch (negative controls)
+#                    guest-tests/kernel/patches/<variant>/*.patch and/or merge its
+#                    <variant>.config fragments (negative controls, fixes, loopback)
+#   GCOV=1           on top of the variant, gcov profiling of net/smc, the ism driver
+#                    and dibs (guest-tests/kernel/gcov/; docs/coverage.md); the result
+#                    also holds the .gcno files and those folders' sources (gcov/)
 #   KERNEL=custom with KERNEL_SRC=DIR
 #                    your own kernel tree (5.10 or later, clean or with uncommitted
 #                    changes), built out of tree: the objects go to
@@ -30,7 +34,7 @@
 # cross-compiled with bookworm's gcc-s390x-linux-gnu from `make allnoconfig` plus the
 # fragments guest-tests/kernel/ism.config and ism-<major>.x.config.
 #
-# Output: $BUILD_DIR/kernel-$KERNEL[-$VARIANT]/ (a symlink into the cache) with bzImage,
+# Output: $BUILD_DIR/kernel-$KERNEL[-$VARIANT][-gcov]/ (a symlink into the cache) with bzImage,
 # System.map, .config and lib/modules/<release>/. The result is cached in
 # $CACHE_DIR/kernel/<version>-<variant>-<hash of all inputs>/; a warm run only publishes it.
 #
@@ -61,22 +65,46 @@ source "$REPO_ROOT/guest-tests/kernel-build.sh"
 KDIR="$REPO_ROOT/guest-tests/kernel"
 kernel_fragments "$KERNEL"
 
-PATCHDIR="$KDIR/patches/$VARIANT"
 PATCHES=()
+# line_patches DIR: DIR's *.patch, or those of DIR/<line>/ (e.g. 6.12) or DIR/<major>.x/
+# where present, appended to PATCHES.
+line_patches() {
+    local dir="$1" found=()
+    if [ -d "$dir/$KERNEL" ]; then dir="$dir/$KERNEL"; fi
+    mapfile -t found < <(find "$dir" -maxdepth 1 -name '*.patch' | LC_ALL=C sort)
+    PATCHES+=("${found[@]}")
+    if [ -d "$dir/${KERNEL%%.*}.x" ]; then
+        mapfile -t found < <(find "$dir/${KERNEL%%.*}.x" -maxdepth 1 -name '*.patch' | LC_ALL=C sort)
+        PATCHES+=("${found[@]}")
+    fi
+}
+# A variant is its folder's patches, its config fragments (<variant>.config,
+# <variant>-<major>.x.config), or both.
 if [ "$VARIANT" != stock ]; then
+    PATCHDIR="$KDIR/patches/$VARIANT"
     [ -d "$PATCHDIR" ] || die "no patches for VARIANT=$VARIANT ($PATCHDIR missing)"
-    # Patches for a line live in patches/<variant>/<line>/ when present, else patches/<variant>/.
-    [ -d "$PATCHDIR/$KERNEL" ] && PATCHDIR="$PATCHDIR/$KERNEL"
-    mapfile -t PATCHES < <(find "$PATCHDIR" -maxdepth 1 -name '*.patch' | LC_ALL=C sort)
-    [ ${#PATCHES[@]} -gt 0 ] || die "no *.patch files in $PATCHDIR"
+    line_patches "$PATCHDIR"
+    n_before=${#FRAGMENTS[@]}
+    for f in "$PATCHDIR/$VARIANT.config" "$PATCHDIR/$VARIANT-${KERNEL%%.*}.x.config"; do
+        [ -f "$f" ] && FRAGMENTS+=("$f")
+    done
+    [ ${#PATCHES[@]} -gt 0 ] || [ ${#FRAGMENTS[@]} -gt "$n_before" ] \
+        || die "VARIANT=$VARIANT has neither patches nor a config fragment for $KERNEL in $PATCHDIR"
+fi
+# GCOV=1: profiling of the folders coverage measures, on top of the variant.
+FLAVOUR="$VARIANT"
+if [ "$GCOV" = 1 ]; then
+    line_patches "$KDIR/gcov"
+    FRAGMENTS+=("$KDIR/gcov/gcov.config")
+    FLAVOUR="$VARIANT-gcov"
 fi
 
 export ARCH=s390 CROSS_COMPILE=s390x-linux-gnu-
 # Reproducible-ish build identity (no host name in the image).
 export KBUILD_BUILD_USER=ism-emu KBUILD_BUILD_HOST=ism-emu
 # The variant shows in `uname -r` (e.g. 6.12.117-prezero); stock has no suffix.
-LOCALVERSION=""
-[ "$VARIANT" != stock ] && LOCALVERSION="-$VARIANT"
+LOCALVERSION="-$FLAVOUR"
+LOCALVERSION="${LOCALVERSION#-stock}"
 
 need_packages kernel
 
@@ -84,16 +112,16 @@ GCCVER="$(${CROSS_COMPILE}gcc --version | head -n1)"
 # The package table enters the hash only as this line's PKG=PKGVER (the script is hashed
 # without it): adding or updating another line leaves this line's cached build valid.
 SCRIPT_BODY="$(sed '/^# ---- The one place/,/^# -----/d' "$REPO_ROOT/guest-tests/build-kernel.sh")"
-HASH="$(input_hash "$PKG=$PKGVER" "$GCCVER" "$VARIANT" "${FRAGMENTS[@]}" "${PATCHES[@]}" \
+HASH="$(input_hash "$PKG=$PKGVER" "$GCCVER" "$FLAVOUR" "${FRAGMENTS[@]}" "${PATCHES[@]}" \
     "$SCRIPT_BODY" "$REPO_ROOT/guest-tests/kernel-build.sh")"
-RESULT="$CACHE_DIR/kernel/$PKGVER-$VARIANT-$HASH"
+RESULT="$CACHE_DIR/kernel/$PKGVER-$FLAVOUR-$HASH"
 OUT="$(kernel_dir)"
 
-publish() { publish_kernel "$RESULT" "$OUT" "$KERNEL ($VARIANT)"; }
+publish() { publish_kernel "$RESULT" "$OUT" "$KERNEL ($FLAVOUR)"; }
 
 UNPACK_ONLY="${KERNEL_UNPACK_ONLY:-0}"
 if [ -f "$RESULT/bzImage" ] && [ "$UNPACK_ONLY" != 1 ]; then
-    step "kernel $KERNEL ($VARIANT) is cached ($RESULT)"
+    step "kernel $KERNEL ($FLAVOUR) is cached ($RESULT)"
     publish
     exit 0
 fi
@@ -139,7 +167,7 @@ fresh_tree() {
 # $WORK/applied names the variant whose patches are in the tree (empty = pristine); the
 # applied patches are kept in $WORK/applied.d so they can be reverted exactly.
 current="$(cat "$WORK/applied")"
-want=""; [ "$VARIANT" != stock ] && want="$VARIANT:$(input_hash "${PATCHES[@]}")"
+want=""; [ ${#PATCHES[@]} -eq 0 ] || want="$FLAVOUR:$(input_hash "${PATCHES[@]}")"
 if [ "$current" != "$want" ]; then
     if [ -n "$current" ]; then
         step "reverting patches of ${current%%:*}"
@@ -155,7 +183,7 @@ if [ "$current" != "$want" ]; then
         : >"$WORK/applied"; rm -rf "$WORK/applied.d"
     fi
     if [ -n "$want" ]; then
-        step "applying $VARIANT patches"
+        step "applying $FLAVOUR patches"
         mkdir -p "$WORK/applied.d"
         # Marked as partly applied until every patch is in: an interrupted or failed apply
         # never matches a wanted state, so the next run reverts it (or unpacks afresh).
@@ -170,13 +198,13 @@ if [ "$current" != "$want" ]; then
 fi
 
 if [ "$UNPACK_ONLY" = 1 ]; then
-    step "kernel $KERNEL: source unpacked in $SRC, as $VARIANT (KERNEL_UNPACK_ONLY: nothing built)"
+    step "kernel $KERNEL: source unpacked in $SRC, as $FLAVOUR (KERNEL_UNPACK_ONLY: nothing built)"
     exit 0
 fi
 
 # ---- configure, build, collect (guest-tests/kernel-build.sh) -------------------------
 KMAKE=(nice make --no-print-directory -C "$SRC" O="$OBJ" -j2 LOCALVERSION="$LOCALVERSION")
 configure_kernel ""
-build_kernel "$PKG $PKGVER ($VARIANT)"
-collect_kernel "$RESULT" "KERNEL=$KERNEL" "VARIANT=$VARIANT" "PKG=$PKG" "PKGVER=$PKGVER"
+build_kernel "$PKG $PKGVER ($FLAVOUR)"
+collect_kernel "$RESULT" "KERNEL=$KERNEL" "VARIANT=$VARIANT" "GCOV=$GCOV" "PKG=$PKG" "PKGVER=$PKGVER"
 publish

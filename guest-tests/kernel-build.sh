@@ -30,7 +30,16 @@ configure_kernel() {
         || die "merge_config.sh failed"
     "${KMAKE[@]}" -s olddefconfig >&2 || die "make olddefconfig failed"
 
-    # Every option of every fragment must have landed with the requested value.
+    # Every option of every fragment must have landed with the requested value; a later
+    # fragment (a variant's) overrides an earlier one, as in merge_config.sh.
+    local -A wanted=()
+    while IFS= read -r line; do
+        if [[ "$line" =~ ^(CONFIG_[A-Za-z0-9_]+)=(.*)$ ]]; then
+            wanted["${BASH_REMATCH[1]}"]="$line"
+        elif [[ "$line" =~ ^#\ (CONFIG_[A-Za-z0-9_]+)\ is\ not\ set ]]; then
+            wanted["${BASH_REMATCH[1]}"]="$line"
+        fi
+    done < <(cat "${FRAGMENTS[@]}")
     while IFS= read -r line; do
         if [[ "$line" =~ ^(CONFIG_[A-Za-z0-9_]+)=(.*)$ ]]; then
             sym="${BASH_REMATCH[1]}"; val="${BASH_REMATCH[2]}"
@@ -44,7 +53,7 @@ configure_kernel() {
             sym="${BASH_REMATCH[1]}"
             grep -q "^$sym=" "$OBJ/.config" && bad+=("$sym: wanted not set, got $(grep "^$sym=" "$OBJ/.config" | cut -d= -f2-)")
         fi
-    done < <(cat "${FRAGMENTS[@]}")
+    done < <(printf '%s\n' "${wanted[@]}")
     if [ ${#bad[@]} -gt 0 ]; then
         printf '  %s\n' "${bad[@]}" >&2
         die "${#bad[@]} option(s) of the config fragments did not land (see above; missing dependencies or renamed symbols in this tree?)"
@@ -69,6 +78,10 @@ collect_kernel() {
     "${KMAKE[@]}" -s modules_install INSTALL_MOD_PATH="$tmp" INSTALL_MOD_STRIP=1 DEPMOD=/sbin/depmod >&2
     "${KMAKE[@]}" -s kernelrelease >"$tmp/kernel.release"
     rm -f "$tmp"/lib/modules/*/build "$tmp"/lib/modules/*/source
+    if grep -q '^CONFIG_GCOV_KERNEL=y' "$OBJ/.config"; then
+        collect_gcov "$tmp/gcov"
+        set -- "$@" "GCOV_OBJ=$OBJ" "GCOV_SRC=$SRC"
+    fi
     { printf '%s\n' "$@"; echo "RELEASE=$(cat "$tmp/kernel.release")"; } >"$tmp/build-info"
     rm -rf "$result"; mv -T "$tmp" "$result"
 }
@@ -80,4 +93,23 @@ publish_kernel() {
     if [ -e "$out" ] && [ ! -L "$out" ]; then rm -rf "$out"; fi
     ln -sfn "$result" "$out.new" && mv -T "$out.new" "$out"
     step "kernel $3, $(cat "$result/kernel.release"): $out"
+}
+
+# collect_gcov DIR: what turns a GCOV=1 guest's counters into a report, kept with the
+# kernel because the shared object tree moves on to other variants: the .gcno files of
+# the profiled folders (DIR/obj/<path>) and their sources (DIR/src/<path>).
+collect_gcov() {
+    local dir="$1" d f n=0
+    for d in net/smc drivers/s390/net drivers/dibs; do
+        [ -d "$OBJ/$d" ] || continue
+        mkdir -p "$dir/obj/$d" "$dir/src/$d"
+        for f in "$OBJ/$d"/*.gcno; do
+            [ -e "$f" ] || continue
+            cp "$f" "$dir/obj/$d/"
+            n=$((n + 1))
+        done
+        cp "$SRC/$d"/*.[ch] "$dir/src/$d/"
+    done
+    [ "$n" -gt 0 ] || die "a GCOV kernel without .gcno files in its profiled folders"
+    step "gcov: $n .gcno files and their sources kept in $dir"
 }

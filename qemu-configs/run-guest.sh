@@ -36,6 +36,8 @@
 #   --qemu PATH           QEMU binary (QEMU; default $BUILD_DIR/qemu/bin/qemu-system-s390x)
 #   --pidfile PATH        QEMU writes its pid there (PIDFILE), e.g. to kill the guest hard
 #   --dry-run             print the command line and exit
+# COVERAGE_DIR=DIR: a GCOV=1 guest's counters, printed on its console at its end, go to
+# DIR/<stamp>-<name>/ (scripts/coverage.py collect; docs/coverage.md).
 #
 # Exit status:
 #   0    QEMU exited normally (the guest powered off or rebooted, which ends QEMU
@@ -218,6 +220,11 @@ timeout "${fg[@]}" --kill-after=10 "$TIMEOUT" "$QEMU" "${cmd[@]}" 2> >(tee "$QEM
 rc=$?
 set -e
 wait 2>/dev/null || true   # let tee finish
+# A GCOV=1 guest's counters (make coverage, docs/coverage.md): never a reason to fail.
+if [ -n "${COVERAGE_DIR:-}" ]; then
+    python3 "$REPO_ROOT/scripts/coverage.py" collect --console "$CONSOLE_LOG" --name "$NAME" \
+        --out "$COVERAGE_DIR" >&2 || warn "$NAME: its coverage counters could not be collected"
+fi
 
 # The guest's own verdict: /init's last RESULT line (none when another init ran).
 result="$(grep -a -E '^ISMTEST: RESULT ' "$CONSOLE_LOG" 2>/dev/null | tail -n 1 | tr -d '\r')" || true

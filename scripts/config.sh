@@ -23,8 +23,15 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # guest-tests/kernel/patches/lateabort-fix),
 # chid0-peer and chid0-fix (5.10 only: the CHID-0 accept bug's crafted peer and its fix,
 # scripts/bug-chid0.sh).
+# loopback (a kernel with loopback-ism beside the ISM driver: CONFIG_SMC_LO on 6.9-6.17,
+# CONFIG_DIBS_LO on 7.x; the coverage anchor, docs/coverage.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix lateabort-fix chid0-peer chid0-fix"
+VARIANTS="stock prezero nozero rxabort-fix lateabort-fix chid0-peer chid0-fix loopback"
+# GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
+# driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
+# counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry
+# "-gcov": build/kernel-6.12-gcov/, build/kernel-6.12-prezero-gcov/, ...
+GCOV="${GCOV:-0}"
 
 # check_kernel_selection: dies (scripts/lib.sh's die) unless KERNEL and VARIANT name
 # something the project builds. The one wording of that error, for the build and for
@@ -38,15 +45,21 @@ check_kernel_selection() {
         *" $VARIANT "*) ;;
         *) die "VARIANT=$VARIANT is unknown (${VARIANTS// /, })" ;;
     esac
+    case "$GCOV" in
+        0 | 1) ;;
+        *) die "GCOV=$GCOV: 1 (a kernel with gcov profiling) or 0" ;;
+    esac
 }
 # The CHID every emulated ISM function reports (one emulator process = one machine).
 CHID="${CHID:-0x1234}"
 
 # Artefacts of a kernel line and variant (default: the selected ones):
 # build/kernel-6.12/, build/kernel-6.12-prezero/, build/initramfs-6.12.cpio.gz, ...
+# (GCOV=1: build/kernel-6.12-gcov/, ...)
 kernel_suffix() {
-    local k="${1:-$KERNEL}" v="${2:-$VARIANT}"
-    [ "$v" = stock ] && echo "$k" || echo "$k-$v"
+    local k="${1:-$KERNEL}" v="${2:-$VARIANT}" g=""
+    [ "$GCOV" = 1 ] && g=-gcov
+    [ "$v" = stock ] && echo "$k$g" || echo "$k-$v$g"
 }
 kernel_dir() { echo "$BUILD_DIR/kernel-$(kernel_suffix "$@")"; }
 guest_kernel() { echo "$(kernel_dir "$@")/bzImage"; }

@@ -79,7 +79,7 @@ emu_stop() {
 
 observe() { "$EMU_BIN" observe --control "$RUN_DIR/control.sock" "$@"; }
 
-# guest_start NAME ISM_SOCKET IP NET_SERVER(on|off) RUN_WORDS...
+# guest_start NAME ISM_SOCKET IP NET_SERVER(on|off) RUN_WORDS...   (ISM_SOCKET "": none)
 # Boots one guest in the background; its pid is in GUEST_PID_<NAME>. QEMU records the
 # guest's network traffic (the first 512 bytes of each frame: enough for the SMC CLC
 # handshake, whose SMC-D version check_e2e.py reads) in RUN_DIR/NAME.net.pcap. Its QEMU
@@ -107,11 +107,12 @@ guest_start() {
     [ -z "${GUEST_SMP:-}" ] || size+=(--smp "$GUEST_SMP")
     # The emulated function this guest gets (emu_start serves ismN.sock as function ismN):
     # check_e2e.py compares the guest's view of it (/sys/class/dibs) with the host's.
-    basename "$sock" .sock >"$RUN_DIR/$name.function"
+    # An empty ISM_SOCKET: no ISM function (the loopback-ism guest of make coverage).
+    basename "${sock:-none}" .sock >"$RUN_DIR/$name.function"
     local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}"
     ${GUEST_CPUS:+taskset -c "$GUEST_CPUS"} "$REPO_ROOT/qemu-configs/run-guest.sh" --name "$name" \
         --kernel "$(guest_kernel)" --initrd "$(guest_initrd)" --append "$append" \
-        --ism "$sock" --chid "$CHID" \
+        ${sock:+--ism "$sock"} --chid "$CHID" \
         --net-socket "${GUEST_NET:-$RUN_DIR/net.sock}" --net-server "$net_server" "${size[@]}" \
         --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
         --pidfile "$RUN_DIR/$name.qemu.pid" \

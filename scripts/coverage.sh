@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The guest kernel's coverage of SMC-D (docs/coverage.md): the suites run on GCOV=1
+# kernels (gcov profiling of net/smc, the ism driver and dibs), every guest hands its
+# counters to the host at its end, and scripts/coverage.py merges them into one table,
+# build/coverage/summary.json and an HTML report. Two columns, from the same commit:
+#   emulated-ism   the suites `make test` runs on the default line, over the emulated ISM
+#                  between two guests (and a guest to itself): e2e (two, self, crash),
+#                  every fault scenario, the receive livelock's stock half, the seed
+#                  experiment's connection loop;
+#   loopback-ism   the anchor: the same guest programs (smcsuite's tests) on one guest
+#                  of VARIANT=loopback (CONFIG_SMC_LO, 7.x: CONFIG_DIBS_LO) with no ISM
+#                  function, talking to itself over loopback-ism, as upstream's own
+#                  tests reach SMC-D.
+#
+# Usage: scripts/coverage.sh [--short]
+#   --short   CI's form: the two-guest e2e topology only, no anchor; the figures are
+#             printed, never judged (it proves that collection keeps working)
+# Environment: KERNEL (the line, default 6.12; 6.1 and later), COVERAGE_OUT (default
+# build/coverage), COVERAGE_SUITES (the emulated-ism suites, default "e2e faults
+# livelock experiment"), GUEST_TIMEOUT.
+# Exit status: 0 when every guest's counters were collected and the report was written,
+# whatever the suites said (a suite's failure is printed: under gcov the guests are
+# slower, and it is the figures this measures); 1 otherwise.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SHORT=0
+for a in "$@"; do
+    case "$a" in
+        --short) SHORT=1 ;;
+        -h | --help) script_usage; exit 0 ;;
+        *) usage_error "unknown argument $a" ;;
+    esac
+done
+check_kernel_selection
+case "$KERNEL" in 5.10 | custom) die "make coverage: KERNEL=$KERNEL is not supported (6.1 and later; the gcov patches do not apply)" ;; esac
+need_packages coverage
+OUT="${COVERAGE_OUT:-$BUILD_DIR/coverage}"
+SUITES="${COVERAGE_SUITES:-e2e faults livelock experiment}"
+[ "$SHORT" = 0 ] || SUITES=e2e-short
+started=$SECONDS
+rm -rf "$OUT"
+mkdir -p "$OUT/raw/emulated-ism" "$OUT/raw/loopback-ism" "$OUT/logs"
+export GCOV=1 RESULTS_DIR="$OUT/results"
+
+build() {   # build VARIANT: the GCOV=1 kernel and initramfs of KERNEL
+    make -C "$REPO_ROOT" --no-print-directory -s kernel initramfs KERNEL="$KERNEL" VARIANT="$1" GCOV=1 \
+        || die "the GCOV=1 kernel ($KERNEL, $1) did not build"
+}
+build stock
+[ "$SHORT" = 1 ] || build loopback
+make -C "$REPO_ROOT" --no-print-directory -s emulator || die "the emulator did not build"
+
+declare -A took=() status=()
+suite() {   # suite NAME COMMAND...: runs it with the counters going to the ISM column
+    local name="$1" t0=$SECONDS rc=0
+    shift
+    step "coverage: suite '$name' on $KERNEL (GCOV=1)"
+    COVERAGE_DIR="$OUT/raw/emulated-ism" "$@" || rc=$?
+    took[$name]=$((SECONDS - t0)); status[$name]=$rc
+    [ "$rc" = 0 ] || warn "coverage: suite '$name' ended with status $rc under GCOV=1 (its logs: $OUT/logs/$name)"
+}
+for s in $SUITES; do
+    case "$s" in
+        e2e) suite e2e env E2E_DIR="$OUT/logs/e2e" "$REPO_ROOT/scripts/e2e.sh" ;;
+        e2e-short) suite e2e-short env E2E_DIR="$OUT/logs/e2e" TESTS="echo seq" "$REPO_ROOT/scripts/e2e.sh" two ;;
+        faults) suite faults env FAULTS_DIR="$OUT/logs/faults" "$REPO_ROOT/scripts/faults.sh" ;;
+        livelock) suite livelock env BUG_DIR="$OUT/logs/livelock" "$REPO_ROOT/scripts/bug-livelock.sh" "$KERNEL:stock" ;;
+        experiment) suite experiment env EXP_DIR="$OUT/logs/experiment" EXP_KERNELS="$KERNEL" EXP_BENCH=0 \
+            EXP_CONNS="${EXP_CONNS:-20}" EXP_ROUNDS="${EXP_ROUNDS:-3}" "$REPO_ROOT/scripts/experiment.sh" ;;
+        *) die "COVERAGE_SUITES: unknown suite '$s' (e2e, e2e-short, faults, livelock, experiment)" ;;
+    esac
+done
+
+columns=(--column "emulated-ism=$OUT/raw/emulated-ism")
+if [ "$SHORT" = 0 ]; then
+    # The anchor: one guest, no ISM function, the same smcsuite tests to itself.
+    source "$REPO_ROOT/scripts/topology.sh"
+    t0=$SECONDS
+    step "coverage: the anchor, VARIANT=loopback (GCOV=1): one guest to itself over loopback-ism"
+    (
+        VARIANT=loopback
+        topo_init "$OUT/logs/loopback-ism"
+        check_artefacts
+        # shellcheck disable=SC2086
+        COVERAGE_DIR="$OUT/raw/loopback-ism" guest_start solo "" 10.0.0.1/24 on \
+            smcsuite self 10.0.0.1 ${TESTS:-echo stream seq concurrent}
+        guest_wait solo
+    ) || warn "coverage: the loopback-ism guest's tests failed (its console: $OUT/logs/loopback-ism/solo.console.log)"
+    took[loopback-ism]=$((SECONDS - t0))
+    columns+=(--column "loopback-ism=$OUT/raw/loopback-ism")
+fi
+
+for c in "$OUT"/raw/*/; do
+    [ -n "$(ls -A "$c")" ] || [ "$SHORT" = 1 ] || die "coverage: no guest's counters in $c"
+done
+python3 "$REPO_ROOT/scripts/coverage.py" report "${columns[@]}" --build "$BUILD_DIR" --out "$OUT" \
+    --reasons "$REPO_ROOT/guest-tests/kernel/gcov/never-reached.txt" | tee "$OUT/table.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || die "coverage: the report failed"
+for s in "${!took[@]}"; do echo "coverage: $s took ${took[$s]} s${status[$s]:+, status ${status[$s]}}"; done | sort
+echo "coverage: in all $((SECONDS - started)) s; table: $OUT/table.txt, summary: $OUT/summary.json"

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""scripts/coverage.py: what it takes off a console, and how it sums and reports."""
+
+import gzip
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import coverage  # noqa: E402
+
+
+def block(files, release="6.12.117-gcov", noise=None):
+    out = [f"ISMTEST: GCOV BEGIN {release}"]
+    for path, data in files.items():
+        out.append(f"ISMTEST: GCOV FILE {path} {len(data)}")
+        hexed = gzip.compress(data).hex()
+        chunks = [hexed[i:i + 120] for i in range(0, len(hexed), 120)]
+        if noise and path in noise:
+            chunks.insert(1, noise[path])
+        # busybox hexdump pads a short last line with spaces
+        chunks[-1] += "   "
+        out += chunks
+    out.append(f"ISMTEST: GCOV END {len(files)}")
+    return "\r\n".join(["ISMTEST: BOOTED x", "SUMMARY ok"] + out + ["ISMTEST: RESULT PASS"])
+
+
+class ParseConsole(unittest.TestCase):
+    def test_files_come_back_byte_for_byte(self):
+        files = {"/a/obj/net/smc/af_smc.gcda": os.urandom(3000), "/a/obj/net/smc/smc_cdc.gcda": b"\0" * 9}
+        release, got, lost = coverage.parse_console(block(files))
+        self.assertEqual(release, "6.12.117-gcov")
+        self.assertEqual(got, files)
+        self.assertEqual(lost, [])
+
+    def test_a_kernel_line_in_between_loses_only_that_file(self):
+        files = {"/o/net/smc/a.gcda": os.urandom(2000), "/o/net/smc/b.gcda": os.urandom(2000)}
+        # A kernel message between two lines of a file: skipped, the file is whole.
+        _, got, lost = coverage.parse_console(block(files, noise={"/o/net/smc/a.gcda": "[  12.3] smc: oops"}))
+        self.assertEqual(got, files)
+        self.assertEqual(lost, [])
+        # One that looks like data: that file alone is lost.
+        _, got, lost = coverage.parse_console(block(files, noise={"/o/net/smc/a.gcda": "deadbeef"}))
+        self.assertEqual(lost, ["/o/net/smc/a.gcda"])
+        self.assertEqual(list(got), ["/o/net/smc/b.gcda"])
+
+    def test_no_block_is_none(self):
+        self.assertIsNone(coverage.parse_console("ISMTEST: BOOTED x\nISMTEST: RESULT PASS\n"))
+
+    def test_collect_writes_the_tree(self):
+        files = {"/k/obj/net/smc/af_smc.gcda": b"xyz"}
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "a.console.log")
+            with open(log, "w") as f:
+                f.write(block(files))
+            args = type("A", (), {"console": log, "name": "a", "out": os.path.join(d, "raw")})
+            self.assertEqual(coverage.cmd_collect(args), 0)
+            (guest,) = os.listdir(os.path.join(d, "raw"))
+            g = os.path.join(d, "raw", guest)
+            with open(os.path.join(g, "release")) as f:
+                self.assertEqual(f.read(), "6.12.117-gcov\n")
+            with open(os.path.join(g, "gcda/k/obj/net/smc/af_smc.gcda"), "rb") as f:
+                self.assertEqual(f.read(), b"xyz")
+
+
+class Counting(unittest.TestCase):
+    def doc(self, count, fcount):
+        return {"files": [
+            {"file": "/w/src/net/smc/af_smc.c",
+             "lines": [{"line_number": 10, "count": count}, {"line_number": 11, "count": 0}],
+             "functions": [{"name": "smc_connect", "start_line": 9, "execution_count": fcount}]},
+            {"file": "/w/src/include/linux/list.h",
+             "lines": [{"line_number": 1, "count": 5}], "functions": []},
+        ]}
+
+    def test_guests_sum_and_only_profiled_files_count(self):
+        c = coverage.Counts()
+        c.add_json(self.doc(0, 0), "/w/src")
+        self.assertEqual(c.figures("net/smc/af_smc.c"), ([0, 2], [0, 1]))
+        c.add_json(self.doc(3, 1), "/w/src")
+        self.assertEqual(c.figures("net/smc/af_smc.c"), ([1, 2], [1, 1]))
+        self.assertEqual(list(c.lines), ["net/smc/af_smc.c"])
+
+    def test_never_reached_leaves_out_smcr_files_and_names_reasons(self):
+        c = coverage.Counts()
+        c.funcs = {"net/smc/smc_ib.c": {("smc_ib_x", 1): 0},
+                   "net/smc/smc_core.c": {("smcr_lgr_y", 5): 0, ("smc_conn_create", 9): 4,
+                                          ("smc_vlan_z", 20): 0}}
+        rules = [("net/smc/*:smcr_*", "SMC-R only"), ("*:*vlan*", "topology: VLAN")]
+        rows = coverage.never_reached(c, rules)
+        self.assertEqual(rows, [("net/smc/smc_core.c", "smcr_lgr_y", 5, "SMC-R only"),
+                                ("net/smc/smc_core.c", "smc_vlan_z", 20, "topology: VLAN")])
+
+
+if __name__ == "__main__":
+    unittest.main()
