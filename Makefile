@@ -33,7 +33,7 @@ help: ## this list
 	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
-	echo "Variables and what each target does: README.md; defaults: scripts/config.sh."
+	echo "Variables and what each target does: docs/running.md (\"Targets and variables\"); defaults: scripts/config.sh."
 
 # Host packages for the Rust build (the image builders install their own).
 deps: ## the host packages the Rust build needs
