@@ -86,9 +86,11 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	python3 scripts/test_hops.py
 	python3 scripts/test_reuse_verdict.py
 	python3 scripts/test_bench_guests.py
+	python3 scripts/test_check_links.py
 	/usr/bin/python3 scripts/test_timeline.py
 
-lint: deps ## cargo fmt --check and clippy
+lint: deps ## cargo fmt --check, clippy, and the Markdown's links (scripts/check_links.py)
+	python3 scripts/check_links.py
 	cargo fmt --all -- --check
 	cargo clippy --locked --all-targets -- -D warnings
 
