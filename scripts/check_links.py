@@ -38,8 +38,8 @@ HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 CODE_SPAN = re.compile(r"(`+)(.*?)\1")
 
 
-def prose_lines(text):
-    """(line number, line) of the lines outside fenced code blocks, code spans blanked."""
+def outside_fences(text):
+    """(line number, line) of the lines outside fenced code blocks."""
     fence = None
     for number, line in enumerate(text.splitlines(), 1):
         m = FENCE.match(line)
@@ -50,6 +50,12 @@ def prose_lines(text):
             if line.strip().startswith(fence):
                 fence = None
             continue
+        yield number, line
+
+
+def prose_lines(text):
+    """The lines outside fenced code blocks, their code spans blanked."""
+    for number, line in outside_fences(text):
         yield number, CODE_SPAN.sub(lambda s: " " * len(s.group(0)), line)
 
 
@@ -66,22 +72,17 @@ def slug(heading):
     return "".join(out)
 
 
-def anchors(path, cache={}):
-    """The anchors a Markdown file offers."""
+_ANCHORS = {}
+
+
+def anchors(path):
+    """The anchors a Markdown file offers (read once per file)."""
+    cache = _ANCHORS
     if path not in cache:
         with open(path, encoding="utf-8") as f:
             text = f.read()
         found, seen = set(), {}
-        fence = None
-        for line in text.splitlines():
-            m = FENCE.match(line)
-            if fence is None and m:
-                fence = m.group(1)
-                continue
-            if fence is not None:
-                if line.strip().startswith(fence):
-                    fence = None
-                continue
+        for _, line in outside_fences(text):
             h = HEADING.match(line)
             if h:
                 base = slug(h.group(2))
