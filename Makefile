@@ -33,7 +33,7 @@ help: ## this list
 	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|loopback] [GCOV=1] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
-	echo "Variables and what each target does: README.md; defaults: scripts/config.sh."
+	echo "Variables and what each target does: docs/running.md (\"Targets and variables\"); defaults: scripts/config.sh."
 
 # Host packages for the Rust build (the image builders install their own).
 deps: ## the host packages the Rust build needs
@@ -87,9 +87,11 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	python3 scripts/test_reuse_verdict.py
 	python3 scripts/test_coverage.py
 	python3 scripts/test_bench_guests.py
+	python3 scripts/test_check_links.py
 	/usr/bin/python3 scripts/test_timeline.py
 
-lint: deps ## cargo fmt --check and clippy
+lint: deps ## cargo fmt --check, clippy, and the Markdown's links (scripts/check_links.py)
+	python3 scripts/check_links.py
 	cargo fmt --all -- --check
 	cargo clippy --locked --all-targets -- -D warnings
 

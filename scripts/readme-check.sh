@@ -3,7 +3,7 @@
 # them, and checks what they print. A block is marked by the line
 #   <!-- tested: NAME -->
 # right before its ```sh fence; NAME selects the checks below. When README and the
-# scripts drift apart, this fails.
+# scripts drift apart, this fails. First it checks README's and docs/'s links.
 #
 # Usage: scripts/readme-check.sh          (make readme-check; needs make images emulator)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -12,6 +12,12 @@ no_arguments "$@"
 README="${README:-$REPO_ROOT/README.md}"
 OUT_DIR="$BUILD_DIR/readme-check"
 rm -rf "$OUT_DIR"; mkdir -p "$OUT_DIR"
+
+# README links only into the repository, and every link of it and of docs/ resolves
+# (scripts/check_links.py; make lint runs it too).
+step "README's and the docs' links"
+python3 "$REPO_ROOT/scripts/check_links.py" --strict "$README" "$REPO_ROOT"/docs/*.md \
+    || die "a link of README.md or docs/ leaves the repository or points at nothing (above)"
 
 # Each marked block into $OUT_DIR/NAME.sh; the names, in order, into $OUT_DIR/blocks.
 awk -v dir="$OUT_DIR" '

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A still picture of a timeline that `ism-emu observe timeline` exported (trace-event
-JSON), for README and CI artefacts: one row per DMB with its registered lifetime and a
+JSON), for the docs and CI artefacts: one row per DMB with its registered lifetime and a
 bar per connection, markers for zeroing, reuse verdicts and faults, and below it the
 derived data rate into each function's DMBs (docs/observer.md, "Timeline").
 
