@@ -12,7 +12,7 @@ of net/smc, the ism driver and dibs on its console at its end. This script
       gcov, and writes, per column, OUT/<LABEL>/lcov.info, OUT/<LABEL>/summary.json and
       an HTML report (genhtml, OUT/<LABEL>/html); the first column's summary is also
       OUT/summary.json. Prints one table, a row per source file and a column per
-      LABEL, then the totals, and writes the first column's functions that no guest
+      LABEL, then the totals (also as Markdown: OUT/table.md), and writes the first column's functions that no guest
       reached, each with its reason from FILE, to OUT/never-reached.md.
 
 docs/coverage.md says how to read it.
@@ -195,8 +195,13 @@ def run_gcov(guest_dir, kdir, gcov_obj, workdir):
     docs = []
     # One gcov run per object: gcov names its output after the object's base name.
     for gcno in sorted(gcnos):
-        subprocess.run([GCOV, "--json-format", "--object-directory", os.path.dirname(gcno), gcno],
-                       cwd=out, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r = subprocess.run([GCOV, "--json-format", "--object-directory", os.path.dirname(gcno), gcno],
+                           cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # Counters of another build of the same release would be dropped without a word
+        # but this one: never let them pass as "not reached".
+        if r.returncode != 0 or "stamp mismatch" in r.stderr or "version" in r.stderr:
+            sys.exit(f"coverage: gcov could not read {guest_dir}'s counters for {os.path.basename(gcno)} "
+                     f"against {kdir} (another build of the same release?):\n{r.stderr.strip()}")
         for name in os.listdir(out):
             with gzip.open(os.path.join(out, name)) as f:
                 docs.append(json.load(f))
@@ -375,6 +380,12 @@ def cmd_report(args):
     print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    # The same table in Markdown, for docs/coverage.md.
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
+        for r in rows:
+            name = f"**{r[0][2:]}**" if r[0].startswith("= ") else f"`{r[0]}`"
+            f.write("| " + " | ".join([name] + r[1:]) + " |\n")
 
     rows = never_reached(first_counts, rules)
     with open(os.path.join(args.out, "never-reached.md"), "w") as f:
