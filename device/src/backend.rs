@@ -12,66 +12,57 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
-use nix::errno::Errno;
-use vfio_user::{DmaMapFlags, DmaUnmapFlags};
+use vfio_bindings::bindings::vfio::{
+    VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_user::DmaMapFlags;
 
 use crate::dmb::FunctionId;
 use crate::fabric::{Fabric, Stored};
+use crate::guest::interrupts::{has_irq_info, vector_count, IRQ_INFO_FLAGS};
 use crate::ism::command::{self, HEADER_LEN};
 use crate::ism::MAX_MOVE_LEN;
-use crate::pci::{Bar, ConfigSpace, Region};
+use crate::pci::{region_size, Bar, ConfigSpace, Region};
+use crate::transport::{wire, Description, Device, Refused, Unmap};
 use crate::util::ratelimit::{guest_lines, guest_log};
 
-/// Why the device refused a request: the error reply's errno.
-#[derive(Debug, thiserror::Error)]
-pub enum Refused {
-    /// The request makes no sense for this device (a bad region, offset or length).
-    #[error("{0}")]
-    Invalid(String),
-    /// The device could not do it: for a data move, the store did not happen.
-    #[error("{0}")]
-    Failed(String),
-}
-
-impl Refused {
-    pub fn errno(&self) -> i32 {
-        match self {
-            Refused::Invalid(_) => Errno::EINVAL as i32,
-            Refused::Failed(_) => Errno::EIO as i32,
-        }
+/// What every function tells its client about itself: every PCI region index (unused
+/// ones with size 0) and every PCI interrupt index.
+pub fn description() -> Description {
+    let regions = (0..VFIO_PCI_NUM_REGIONS)
+        .map(|index| {
+            let size = region_size(index);
+            let flags = if size == 0 {
+                0
+            } else {
+                VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE
+            };
+            wire::RegionInfo {
+                argsz: (size_of::<wire::RegionInfo>() as u32).into(),
+                flags: flags.into(),
+                index: index.into(),
+                cap_offset: 0.into(),
+                size: size.into(),
+                offset: 0.into(),
+            }
+        })
+        .collect();
+    let irqs = (0..VFIO_PCI_NUM_IRQS)
+        .map(|index| {
+            has_irq_info(index).then(|| wire::IrqInfo {
+                argsz: (size_of::<wire::IrqInfo>() as u32).into(),
+                flags: IRQ_INFO_FLAGS.into(),
+                index: index.into(),
+                count: vector_count(index).into(),
+            })
+        })
+        .collect();
+    Description {
+        regions,
+        irqs,
+        resettable: true,
     }
-}
-
-/// The device behind one connection, as the message loop drives it.
-pub trait Device {
-    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Refused>;
-    /// `posted`: the client sent the write with the no-reply flag and will never learn
-    /// its result.
-    fn region_write(
-        &mut self,
-        region: u32,
-        offset: u64,
-        data: &[u8],
-        posted: bool,
-    ) -> Result<(), Refused>;
-    fn dma_map(
-        &mut self,
-        flags: DmaMapFlags,
-        file_offset: u64,
-        iova: u64,
-        size: u64,
-        fd: Option<File>,
-    ) -> Result<(), Refused>;
-    fn dma_unmap(&mut self, flags: DmaUnmapFlags, iova: u64, size: u64) -> Result<(), Refused>;
-    fn reset(&mut self) -> Result<(), Refused>;
-    fn set_irqs(
-        &mut self,
-        index: u32,
-        flags: u32,
-        start: u32,
-        count: u32,
-        fds: Vec<File>,
-    ) -> Result<(), Refused>;
 }
 
 const COMMAND_AREA: usize = Bar::Command.size() as usize;
@@ -307,19 +298,19 @@ impl Device for IsmBackend {
             })
     }
 
-    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> Result<(), Refused> {
+    fn dma_unmap(&mut self, what: Unmap) -> Result<(), Refused> {
         self.ensure_attached();
-        // "Unmap all" is bit 1 in Linux's vfio.h and bit 2 in the vfio_user crate; either,
-        // or an empty range at 0, means everything.
-        if flags.bits() & 0b110 != 0 || (address == 0 && size == 0) {
-            self.fabric.dma_unmap_all(self.id);
-            return Ok(());
+        // An empty range at 0 means everything too.
+        match what {
+            Unmap::All | Unmap::Range { iova: 0, size: 0 } => self.fabric.dma_unmap_all(self.id),
+            Unmap::Range { iova, size } => {
+                let removed = self.fabric.dma_unmap(self.id, iova, size);
+                log::trace!(
+                    "{}: DMA_UNMAP {iova:#x}+{size:#x} removed {removed:#x} bytes",
+                    self.name
+                );
+            }
         }
-        let removed = self.fabric.dma_unmap(self.id, address, size);
-        log::trace!(
-            "{}: DMA_UNMAP {address:#x}+{size:#x} removed {removed:#x} bytes",
-            self.name
-        );
         Ok(())
     }
 

@@ -37,6 +37,7 @@ pub mod server;
 #[cfg(any(test, feature = "testkit"))]
 #[doc(hidden)]
 pub mod testkit;
+pub mod transport;
 pub mod util;
 
 /// The GID of function `index` on fabric `chid`: nonzero, unique on the fabric and the

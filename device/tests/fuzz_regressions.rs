@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use ism_emu::backend::Device;
 use ism_emu::backend::IsmBackend;
 use ism_emu::default_gid;
 use ism_emu::fabric::Fabric;
@@ -11,6 +10,7 @@ use ism_emu::ism::opcodes::Opcode;
 use ism_emu::ism::wire::ReqHeader;
 use ism_emu::pci::Bar;
 use ism_emu::testkit::rig::Recorder;
+use ism_emu::transport::Device;
 use zerocopy::big_endian::{U16, U32};
 use zerocopy::IntoBytes;
 

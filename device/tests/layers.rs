@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["pci", "dmb", "fault"],
     &["ism"],
     &["guest"],
-    &["util", "logger"],
+    &["util", "logger", "transport"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -9,8 +9,8 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use ism_emu::default_gid;
-use ism_emu::server::wire::{self, command as cmd, flags, HEADER_LEN};
 use ism_emu::testkit::msg;
+use ism_emu::transport::wire::{self, command as cmd, flags, HEADER_LEN};
 use support::*;
 use vmm_sys_util::eventfd::EventFd;
 use zerocopy::{FromBytes, IntoBytes};

@@ -20,13 +20,13 @@ use super::GuestRam;
 use crate::ism::command::HEADER_LEN as ISM_HEADER_LEN;
 use crate::ism::wire::{Request, RespHeader};
 use crate::pci::Bar;
-use crate::server::framing::Framer;
-use crate::server::vfio_user::ConnectionError;
+use crate::transport::framing::ConnectionError;
+use crate::transport::framing::Framer;
 
 /// vfio-user command numbers and message layouts: the server's own (one definition).
-pub use crate::server::wire as msg;
-pub use crate::server::wire::command as cmd;
-use crate::server::wire::flags::{
+pub use crate::transport::wire as msg;
+pub use crate::transport::wire::command as cmd;
+use crate::transport::wire::flags::{
     ERROR as FLAG_ERROR, NO_REPLY as FLAG_NO_REPLY, TYPE_REPLY as FLAG_REPLY,
 };
 
@@ -76,7 +76,7 @@ const CMD_BAR: u32 = Bar::Command.index();
 pub struct Client {
     stream: UnixStream,
     next_id: u16,
-    /// Reads replies as the server reads requests (server::framing), with plain reads:
+    /// Reads replies as the server reads requests (transport::framing), with plain reads:
     /// one `recv` brings a whole reply, as QEMU reads its own reply on the waited
     /// channel, so that the benchmark's client costs what QEMU's does and no more.
     framer: Framer,

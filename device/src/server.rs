@@ -1,11 +1,6 @@
 //! Running the emulator: one vfio-user server thread per function socket (its message
-//! loop in `vfio_user`), the zeroing watcher's thread, and a main event loop
-//! (event-manager) for the control socket and shutdown.
-
-pub mod framing;
-pub mod hops;
-pub mod vfio_user;
-pub mod wire;
+//! loop in `transport`, its device the function's `backend`), the zeroing watcher's
+//! thread, and a main event loop (event-manager) for the control socket and shutdown.
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -16,20 +11,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use event_manager::{EventManager, EventOps, Events, MutEventSubscriber, SubscriberOps};
-use vfio_bindings::bindings::vfio::{
-    VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
-    VFIO_REGION_INFO_FLAG_WRITE,
-};
 use vmm_sys_util::epoll::EventSet;
 
-use self::vfio_user::{Connection, Description};
-use crate::backend::IsmBackend;
+use crate::backend::{self, IsmBackend};
 use crate::control::Control;
 use crate::dmb::FunctionId;
 use crate::fabric::Fabric;
-use crate::guest::interrupts::{has_irq_info, vector_count, IRQ_INFO_FLAGS};
 use crate::observer::{Observer, ZERO_POLL_INTERVAL};
-use crate::pci::region_size;
+use crate::transport::Connection;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -101,44 +90,6 @@ fn listen(path: &Path) -> Result<UnixListener, ServeError> {
     Ok(listener)
 }
 
-/// What every function tells its client about itself: every PCI region index (unused
-/// ones with size 0) and every PCI interrupt index.
-pub fn description() -> Description {
-    let regions = (0..VFIO_PCI_NUM_REGIONS)
-        .map(|index| {
-            let size = region_size(index);
-            let flags = if size == 0 {
-                0
-            } else {
-                VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE
-            };
-            wire::RegionInfo {
-                argsz: (size_of::<wire::RegionInfo>() as u32).into(),
-                flags: flags.into(),
-                index: index.into(),
-                cap_offset: 0.into(),
-                size: size.into(),
-                offset: 0.into(),
-            }
-        })
-        .collect();
-    let irqs = (0..VFIO_PCI_NUM_IRQS)
-        .map(|index| {
-            has_irq_info(index).then(|| wire::IrqInfo {
-                argsz: (size_of::<wire::IrqInfo>() as u32).into(),
-                flags: IRQ_INFO_FLAGS.into(),
-                index: index.into(),
-                count: vector_count(index).into(),
-            })
-        })
-        .collect();
-    Description {
-        regions,
-        irqs,
-        resettable: true,
-    }
-}
-
 /// Makes a socket the emulator created usable by its own user only (`ism-emu serve`
 /// also runs with umask 077, so there is no moment when it is not).
 fn owner_only(path: &Path) -> Result<(), ServeError> {
@@ -201,7 +152,7 @@ fn serve_function(
     path: &Path,
     mut listener: UnixListener,
 ) {
-    let description = description();
+    let description = backend::description();
     let mut backend = IsmBackend::new(Arc::clone(&fabric), id);
     loop {
         let served = match listener.accept() {

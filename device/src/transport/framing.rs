@@ -24,8 +24,26 @@ use std::os::unix::net::UnixStream;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 use zerocopy::FromBytes;
 
-use super::vfio_user::ConnectionError;
 use super::wire::{Header, HEADER_LEN};
+
+/// The file descriptors a message may carry (DMA_MAP: the RAM's; SET_IRQS: the one
+/// vector's eventfd). Announced as `max_msg_fds`.
+pub const MAX_MSG_FDS: u32 = 1;
+
+/// What ends a connection: the stream itself failed, or lost its framing.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("reading from the client: {0}")]
+    Read(#[source] io::Error),
+    #[error("writing to the client: {0}")]
+    Write(#[source] io::Error),
+    #[error("receiving a message's file descriptors: {0} (more than {MAX_MSG_FDS}?)")]
+    Fds(#[source] vmm_sys_util::errno::Error),
+    #[error("the client closed the connection inside a message")]
+    Truncated,
+    #[error("message of {0} bytes is shorter than its header")]
+    Undersized(u32),
+}
 
 /// Descriptors received but not yet given to a message. A client following the protocol
 /// never has more than two waiting (one for the message being completed, one that came
