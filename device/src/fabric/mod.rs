@@ -33,11 +33,11 @@ use crate::observer::report::{Counters, FunctionView};
 use crate::observer::EventSink;
 use crate::util::ratelimit::{guest_log, Budget};
 
-pub use held::{HeldFailures, Slot, HELD_TOKENS};
+pub use held::{HeldFailures, HELD_TOKENS};
 pub use inject::FaultAdded;
 pub use moves::{MoveError, Stored};
 pub use reads::{GuestReads, LiveReads, PendingRead, ReuseRead};
-pub use recorder::{MoveResult, MoveVia, Record, Recorder, CDC_AREA};
+pub use recorder::{MoveResult, MoveVia, Record, Recorder};
 
 /// One function's device state, as far as other functions can see it. Outside the
 /// fabric it is seen through [`Fabric::function_views`].

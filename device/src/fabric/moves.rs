@@ -8,13 +8,13 @@ use std::time::Instant;
 
 use crate::dmb::{Dmb, FunctionId, OpTime};
 use crate::guest::DmaError;
-use crate::ism::{MoveAddress, MAX_MOVE_LEN};
+use crate::ism::{cdc, MoveAddress, MAX_MOVE_LEN};
 use crate::observer::ReuseCheck;
 use crate::util::hex::to_hex;
 use crate::util::ratelimit::guest_log;
 
 use super::reads::{PendingRead, ReuseRead};
-use super::{Fabric, FabricState, MoveResult, MoveVia, Record, CDC_AREA};
+use super::{Fabric, FabricState, MoveResult, MoveVia, Record};
 
 /// A rejected data move: the sender's PCISTB fails (condition code 1).
 #[derive(Debug, thiserror::Error)]
@@ -270,7 +270,7 @@ impl Fabric {
             let recorded = if recorder.payload() {
                 Some(mv.data)
             } else if mv.addr.offset == 0 {
-                Some(&mv.data[..mv.data.len().min(CDC_AREA)])
+                Some(&mv.data[..mv.data.len().min(cdc::LEN)])
             } else {
                 None
             };

@@ -12,11 +12,6 @@ use crate::ism::command::Command;
 use crate::observer::json::hex;
 use crate::observer::{ReuseCheck, ZeroScan};
 
-/// Bytes at the start of a DMB that are always recorded: the CDC message a peer writes
-/// there (32 bytes; the user's data starts after it), which is all of a move the
-/// observer reads.
-pub const CDC_AREA: usize = crate::observer::dmb_life::cdc::LEN;
-
 /// Takes the fabric's records (`serve --trace`: `record::Tracer`). Called
 /// under the fabric's lock: it must not block.
 pub trait Recorder: Send + Sync {

@@ -40,22 +40,9 @@ use std::time::Duration;
 use super::summary::{ConnRecord, ConnState, DmbSummary, RECENT_CONNS};
 use super::{ObservedEvent, ReuseCheck, Unread, What, ZeroScan, ZeroWatch, ZERO_WATCH_LIMIT};
 use crate::dmb::{now_us, Dmb};
-use crate::ism::MoveAddress;
+use crate::ism::{cdc, MoveAddress};
 use crate::util::histogram::DelayHistogram;
 use crate::util::ratelimit::guest_log;
-
-/// CDC message layout (net/smc/smc_cdc.h, struct smcd_cdc_msg).
-pub mod cdc {
-    pub const LEN: usize = 32;
-    pub const TYPE: u8 = 0xfe;
-    pub const CONN_STATE: usize = 23;
-    pub const PEER_DONE_WRITING: u8 = 0x80;
-    pub const PEER_CONN_CLOSED: u8 = 0x40;
-    pub const PEER_CONN_ABORT: u8 = 0x20;
-    /// The producer cursor (`smcd_cdc_msg.prod`): wrap (u16) and count (u32), big endian.
-    pub const PROD_WRAP: usize = 8;
-    pub const PROD_COUNT: usize = 10;
-}
 
 /// The size of a DMB's data area (after the CDC message); None for a DMB with none.
 fn data_area(dmb_len: u32) -> Option<u64> {
@@ -67,10 +54,7 @@ fn data_area(dmb_len: u32) -> Option<u64> {
 /// Where a CDC message's producer cursor says the sender's data ends: its count, an
 /// offset into the data area (the wrap only counts passes over it).
 fn cdc_count(data: &[u8]) -> u64 {
-    let count: [u8; 4] = data[cdc::PROD_COUNT..cdc::PROD_COUNT + 4]
-        .try_into()
-        .unwrap_or_default();
-    u64::from(u32::from_be_bytes(count))
+    u64::from(cdc::prod_count(data))
 }
 
 /// Where a data move at `addr` ends in the data area of a DMB of `dmb_len` bytes, if it
@@ -601,14 +585,11 @@ mod tests {
     /// A CDC message whose producer cursor says `prod` bytes were sent (into a 64 KiB
     /// DMB, whose data area is 65,504 bytes).
     fn cdc_at(conn_state: u8, prod: u64) -> Vec<u8> {
-        let mut m = vec![0u8; 32];
-        m[0] = cdc::TYPE;
-        let wrap = u16::try_from(prod / 65504).unwrap();
-        let count = u32::try_from(prod % 65504).unwrap();
-        m[cdc::PROD_WRAP..cdc::PROD_WRAP + 2].copy_from_slice(&wrap.to_be_bytes());
-        m[cdc::PROD_COUNT..cdc::PROD_COUNT + 4].copy_from_slice(&count.to_be_bytes());
-        m[cdc::CONN_STATE] = conn_state;
-        m
+        let prod = cdc::Cursor {
+            wrap: u16::try_from(prod / 65504).unwrap(),
+            count: u32::try_from(prod % 65504).unwrap(),
+        };
+        cdc::message(prod, cdc::Cursor::default(), 0, conn_state).to_vec()
     }
 
     #[test]

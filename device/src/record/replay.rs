@@ -26,11 +26,11 @@ use nix::sys::memfd::{memfd_create, MFdFlags};
 use super::file::{self, TraceError};
 use crate::dmb::{FunctionId, OpTime};
 use crate::fabric::{
-    Fabric, FabricState, GuestReads, MoveResult, MoveVia, Record, ReuseRead, Slot, Stored,
+    Fabric, FabricState, GuestReads, MoveResult, MoveVia, Record, ReuseRead, Stored,
 };
 use crate::fault::FaultSpec;
 use crate::ism::command::CommandError;
-use crate::ism::MAX_MOVE_LEN;
+use crate::ism::{cdc, MAX_MOVE_LEN};
 use crate::observer::{EventSink, Observer, ReuseCheck, Unread, ZeroScan, ZeroWatch};
 use crate::util::hex::from_hex;
 
@@ -132,7 +132,7 @@ impl GuestReads for Recorded {
     }
 
     /// Not kept: whether the failure is lifted is the trace's `held_lifted`.
-    fn cdc_slot(&self, _st: &FabricState, _token: u64) -> Option<Slot> {
+    fn cdc_slot(&self, _st: &FabricState, _token: u64) -> Option<cdc::Area> {
         None
     }
 
@@ -141,7 +141,7 @@ impl GuestReads for Recorded {
         _st: &FabricState,
         sender: FunctionId,
         token: u64,
-        _then: Option<&Slot>,
+        _then: Option<&cdc::Area>,
     ) -> bool {
         let mut next = self.next();
         let at = next.lifted.iter().position(|&l| l == (sender, token));
