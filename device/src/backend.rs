@@ -22,6 +22,7 @@ use crate::dmb::FunctionId;
 use crate::fabric::{Fabric, Stored};
 use crate::guest::interrupts::{has_irq_info, vector_count, IRQ_INFO_FLAGS};
 use crate::ism::command::{self, HEADER_LEN};
+use crate::ism::opcodes;
 use crate::ism::MAX_MOVE_LEN;
 use crate::pci::{region_size, Bar, ConfigSpace, Region};
 use crate::transport::{wire, Description, Device, Refused, Unmap};
@@ -102,7 +103,7 @@ impl IsmBackend {
     /// Runs the request now in the command area and leaves the response there.
     fn execute_command(&mut self) {
         let opcode = command::opcode_of(&self.command_area[..]);
-        let result = match command::decode(&self.command_area[..]) {
+        let result = match opcodes::decode(&self.command_area[..]) {
             Ok(cmd) => {
                 log::trace!("{}: command {cmd:?}", self.name);
                 self.fabric.execute(self.id, cmd)

@@ -10,7 +10,8 @@ use zerocopy::FromBytes;
 use crate::dmb::{Dmb, FunctionId};
 use crate::fabric::Fabric;
 use crate::fault::Fired;
-use crate::ism::command::{self, Command, CommandError, DmbRequest, Response};
+use crate::ism::command::{Command, CommandError, DmbRequest, Response};
+use crate::ism::opcodes;
 use crate::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN, IEQ_LEN};
 use crate::ism::wire::Request;
 use crate::ism::MoveAddress;
@@ -188,7 +189,7 @@ impl Rig {
         let mut area = [0u8; 4096];
         let bytes = request.as_bytes();
         area[..bytes.len()].copy_from_slice(bytes);
-        command::decode(&area).and_then(|cmd| self.fabric.execute(id, cmd))
+        opcodes::decode(&area).and_then(|cmd| self.fabric.execute(id, cmd))
     }
 
     pub fn gid(&self, id: FunctionId) -> u64 {
