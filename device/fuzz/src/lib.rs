@@ -21,7 +21,7 @@ use ism_emu::backend::IsmBackend;
 use ism_emu::fabric::Fabric;
 use ism_emu::ism::status::{IEQ_LEN, SBA_LEN};
 use ism_emu::ism::MoveAddress;
-use ism_emu::observer::EventSink;
+use ism_emu::fabric::EventSink;
 use ism_emu::pci::{Bar, Region};
 use ism_emu::testkit::GuestRam;
 use ism_emu::transport::{Device, Unmap};

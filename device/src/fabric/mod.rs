@@ -10,11 +10,13 @@
 //! posted moves in `held`, the zeroing watch in `zeroing`, injected faults in `inject`.
 
 mod commands;
+mod events;
 mod held;
 mod inject;
 mod moves;
 mod reads;
 mod recorder;
+mod view;
 mod zeroing;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,15 +31,16 @@ use crate::fault::FaultPlan;
 use crate::guest::interrupts::{Interrupts, IrqError};
 use crate::guest::{DmaError, DmaSpace};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
-use crate::observer::report::{Counters, FunctionView};
-use crate::observer::EventSink;
 use crate::util::ratelimit::{guest_log, Budget};
 
+pub use events::{EventSink, ReuseCheck, Unread, ZeroScan, ZeroWatch};
 pub use held::{HeldFailures, HELD_TOKENS};
 pub use inject::FaultAdded;
 pub use moves::{MoveError, Stored};
 pub use reads::{GuestReads, LiveReads, PendingRead, ReuseRead};
 pub use recorder::{MoveResult, MoveVia, Record, Recorder};
+pub use view::{Counters, FunctionView};
+pub use zeroing::ZERO_SCAN_BUDGET;
 
 /// One function's device state, as far as other functions can see it. Outside the
 /// fabric it is seen through [`Fabric::function_views`].

@@ -9,10 +9,10 @@ use std::time::Instant;
 use crate::dmb::{Dmb, FunctionId, OpTime};
 use crate::guest::DmaError;
 use crate::ism::{cdc, MoveAddress, MAX_MOVE_LEN};
-use crate::observer::ReuseCheck;
 use crate::util::hex::to_hex;
 use crate::util::ratelimit::guest_log;
 
+use super::events::ReuseCheck;
 use super::reads::{PendingRead, ReuseRead};
 use super::{Fabric, FabricState, MoveResult, MoveVia, Record};
 

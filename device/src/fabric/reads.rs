@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::dmb::FunctionId;
 use crate::guest::DmaView;
-use crate::observer::{ReuseCheck, Unread, ZeroScan, ZeroWatch};
 
 use crate::ism::cdc;
 
+use super::events::{ReuseCheck, Unread, ZeroScan, ZeroWatch};
 use super::{zeroing, Fabric, FabricState};
 
 /// The reuse check's answer under the lock.

@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::dmb::FunctionId;
 use crate::ism::command::Command;
-use crate::observer::json::hex;
-use crate::observer::{ReuseCheck, ZeroScan};
+use crate::util::json::hex;
+
+use super::events::{ReuseCheck, ZeroScan};
 
 /// Takes the fabric's records (`serve --trace`: `record::Tracer`). Called
 /// under the fabric's lock: it must not block.

@@ -38,8 +38,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::summary::{ConnRecord, ConnState, DmbSummary, RECENT_CONNS};
-use super::{ObservedEvent, ReuseCheck, Unread, What, ZeroScan, ZeroWatch, ZERO_WATCH_LIMIT};
+use super::{ObservedEvent, What, ZERO_WATCH_LIMIT};
 use crate::dmb::{now_us, Dmb};
+use crate::fabric::{ReuseCheck, Unread, ZeroScan, ZeroWatch};
 use crate::ism::{cdc, MoveAddress};
 use crate::util::histogram::DelayHistogram;
 use crate::util::ratelimit::guest_log;

@@ -18,8 +18,6 @@
 
 pub mod dmb_life;
 mod event;
-pub mod json;
-mod reads;
 pub mod report;
 mod sink;
 pub mod summary;
@@ -36,8 +34,6 @@ use crate::dmb::now_us;
 use crate::util::line_writer::{LineWriter, Sink};
 pub use dmb_life::DmbLife;
 pub use event::{to_json_line, Line, ObservedEvent, What};
-pub use reads::{ReuseCheck, Unread, ZeroScan, ZeroWatch};
-pub use sink::EventSink;
 pub use summary::DmbSummary;
 
 /// The event stream's capacity between the fabric and the writer thread.
@@ -346,8 +342,6 @@ impl Observer {
 /// How often the zeroing watcher looks at DMBs whose connection closed (while any is
 /// watched; it sleeps otherwise).
 pub const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(5);
-/// Bytes of one function's DMBs the watcher reads per tick; the rest waits for the next.
-pub const ZERO_SCAN_BUDGET: u64 = 1 << 20;
 /// How long after a close the watcher keeps looking before it reports `dmb_not_zeroed`
 /// (bounds the work a guest that never zeroes can cause).
 pub const ZERO_WATCH_LIMIT: Duration = Duration::from_secs(10);

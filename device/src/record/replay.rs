@@ -26,12 +26,13 @@ use nix::sys::memfd::{memfd_create, MFdFlags};
 use super::file::{self, TraceError};
 use crate::dmb::{FunctionId, OpTime};
 use crate::fabric::{
-    Fabric, FabricState, GuestReads, MoveResult, MoveVia, Record, ReuseRead, Stored,
+    EventSink, Fabric, FabricState, GuestReads, MoveResult, MoveVia, Record, ReuseCheck, ReuseRead,
+    Stored, Unread, ZeroScan, ZeroWatch,
 };
 use crate::fault::FaultSpec;
 use crate::ism::command::CommandError;
 use crate::ism::{cdc, MAX_MOVE_LEN};
-use crate::observer::{EventSink, Observer, ReuseCheck, Unread, ZeroScan, ZeroWatch};
+use crate::observer::Observer;
 use crate::util::hex::from_hex;
 
 /// Why a replay could not run.

@@ -9,13 +9,13 @@ use zerocopy::FromBytes;
 
 use crate::dmb::{Dmb, FunctionId};
 use crate::fabric::Fabric;
+use crate::fabric::{EventSink, ReuseCheck, ZeroScan, ZeroWatch};
 use crate::fault::Fired;
 use crate::ism::command::{Command, CommandError, DmbRequest, Response};
 use crate::ism::opcodes;
 use crate::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN, IEQ_LEN};
 use crate::ism::wire::Request;
 use crate::ism::MoveAddress;
-use crate::observer::{EventSink, ReuseCheck, ZeroScan, ZeroWatch};
 use crate::testkit::GuestRam;
 
 pub const BASE: u64 = 0x1_0000_0000;
