@@ -16,6 +16,7 @@
 //! tells of a DMB), `reads` (what the fabric reads of guest memory for it), `report`
 //! (the snapshot and its tables), `json` (hex identifiers in JSON).
 
+mod cursor;
 pub mod dmb_life;
 mod event;
 pub mod report;
