@@ -10,7 +10,6 @@
 
 use std::fs::File;
 use std::sync::Arc;
-use std::time::Instant;
 
 use vfio_bindings::bindings::vfio::{
     VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
@@ -26,7 +25,7 @@ use crate::ism::opcodes;
 use crate::ism::MAX_MOVE_LEN;
 use crate::pci::{region_size, Bar, ConfigSpace, Region};
 use crate::transport::{wire, Description, Device, Refused, Unmap};
-use crate::util::ratelimit::{guest_lines, guest_log};
+use crate::util::ratelimit::guest_log;
 
 /// What every function tells its client about itself: every PCI region index (unused
 /// ones with size 0) and every PCI interrupt index.
@@ -114,14 +113,13 @@ impl IsmBackend {
             }
         };
         if let Err(e) = &result {
-            if self.guest_errors_may_log() {
-                log::warn!(
-                    "{} (gid {:#018x}): command {opcode:#x} failed with ret {:#06x}: {e}",
-                    self.name,
-                    self.gid,
-                    e.ret()
-                );
-            }
+            let ret = e.ret();
+            guest_log!(
+                Warn,
+                self.name,
+                self.gid,
+                "command {opcode:#x} failed with ret {ret:#06x}: {e}"
+            );
         }
         command::encode(&mut self.command_area[..], opcode, &result);
     }
@@ -140,12 +138,6 @@ impl IsmBackend {
                     "command area access {offset:#x}+{len} out of range"
                 ))
             })
-    }
-
-    /// Whether a guest-caused warning may be logged now (the function's share of
-    /// `ratelimit::guest_lines`, which every guest-caused line draws on).
-    fn guest_errors_may_log(&mut self) -> bool {
-        guest_lines().allow(&self.name, self.gid, Instant::now())
     }
 
     /// Called when the client goes away for good.
@@ -212,9 +204,14 @@ impl Device for IsmBackend {
             // QEMU bounds config accesses itself: a bad one is logged and ignored, as a
             // config write to a register that does not exist is on real hardware.
             Some(Region::Config) => {
-                if !self.config.write(offset, data) && self.guest_errors_may_log() {
-                    let (name, len) = (&self.name, data.len());
-                    log::warn!("{name}: config write {offset:#x}+{len} out of range ignored");
+                if !self.config.write(offset, data) {
+                    let len = data.len();
+                    guest_log!(
+                        Warn,
+                        self.name,
+                        self.gid,
+                        "config write {offset:#x}+{len} out of range ignored"
+                    );
                 }
             }
             Some(Region::Bar(Bar::Command)) => match self.command_area_range(offset, data.len()) {
@@ -226,9 +223,7 @@ impl Device for IsmBackend {
                     }
                 }
                 Err(e) => {
-                    if self.guest_errors_may_log() {
-                        log::warn!("{} (gid {:#018x}): {e}; refused", self.name, self.gid);
-                    }
+                    guest_log!(Warn, self.name, self.gid, "{e}; refused");
                     return Err(e);
                 }
             },
@@ -242,24 +237,22 @@ impl Device for IsmBackend {
                 match self.fabric.store_move(self.id, offset, data, posted) {
                     Ok(Stored::Landed) => {}
                     Ok(Stored::Held(e)) => {
-                        if self.guest_errors_may_log() {
-                            log::warn!(
-                                "{} (gid {:#018x}): posted move to {offset:#x} ({} bytes) rejected, held against its signals into that DMB: {e}",
-                                self.name,
-                                self.gid,
-                                data.len()
-                            );
-                        }
+                        let len = data.len();
+                        guest_log!(
+                            Warn,
+                            self.name,
+                            self.gid,
+                            "posted move to {offset:#x} ({len} bytes) rejected, held against its signals into that DMB: {e}"
+                        );
                     }
                     Err(e) => {
-                        if self.guest_errors_may_log() {
-                            log::warn!(
-                                "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected: {e}",
-                                self.name,
-                                self.gid,
-                                data.len()
-                            );
-                        }
+                        let len = data.len();
+                        guest_log!(
+                            Warn,
+                            self.name,
+                            self.gid,
+                            "move to {offset:#x} ({len} bytes) rejected: {e}"
+                        );
                         return Err(Refused::Failed(e.to_string()));
                     }
                 }

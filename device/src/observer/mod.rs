@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use crate::dmb::now_us;
 use crate::util::line_writer::{LineWriter, Sink};
+use crate::util::ratelimit::RateLimit;
 pub use dmb_life::DmbLife;
 pub use event::{to_json_line, Line, ObservedEvent, What};
 pub use summary::DmbSummary;
@@ -58,12 +59,11 @@ struct Output {
     time_us: u64,
 }
 
-/// One function's share of the stream in the current second.
+/// One function's share of the stream: its GID (for the `events_dropped` line) and its
+/// limit per second of event time.
 struct Window {
     gid: u64,
-    start_us: u64,
-    sent: u64,
-    dropped: u64,
+    limit: RateLimit,
 }
 
 /// A live follower's feed (`follow` on the control socket): lines it does not take in
@@ -131,29 +131,21 @@ struct Writer {
 
 impl Writer {
     fn line(&mut self, function: String, gid: u64, line: String, time_us: u64) {
-        let window = self.windows.entry(function.clone()).or_insert(Window {
-            gid,
-            start_us: time_us,
-            sent: 0,
-            dropped: 0,
-        });
-        if time_us.saturating_sub(window.start_us) >= 1_000_000 {
-            let dropped = std::mem::take(&mut window.dropped);
-            window.start_us = time_us;
-            window.sent = 0;
-            if dropped > 0 {
-                self.dropped_line(&function, gid, dropped);
-            }
+        let window = self
+            .windows
+            .entry(function.clone())
+            .or_insert_with(|| Window {
+                gid,
+                limit: RateLimit::new(EVENTS_PER_FUNCTION_PER_SECOND, Duration::from_secs(1)),
+            });
+        let mut dropped = 0;
+        let passes = window.limit.allow(time_us, |n| dropped = n);
+        if dropped > 0 {
+            self.dropped_line(&function, gid, dropped);
         }
-        let Some(window) = self.windows.get_mut(&function) else {
-            return;
-        };
-        if window.sent >= EVENTS_PER_FUNCTION_PER_SECOND {
-            window.dropped += 1;
-            return;
+        if passes {
+            self.write(time_us, line);
         }
-        window.sent += 1;
-        self.write(time_us, line);
     }
 
     /// Writes the `events_dropped` lines owed so far.
@@ -161,8 +153,8 @@ impl Writer {
         let owed: Vec<(String, u64, u64)> = self
             .windows
             .iter_mut()
-            .filter(|(_, w)| w.dropped > 0)
-            .map(|(f, w)| (f.clone(), w.gid, std::mem::take(&mut w.dropped)))
+            .map(|(f, w)| (f.clone(), w.gid, w.limit.take_refused()))
+            .filter(|&(_, _, count)| count > 0)
             .collect();
         for (function, gid, count) in owed {
             self.dropped_line(&function, gid, count);
