@@ -70,8 +70,7 @@ fn a_signalled_move_into_a_dmb_over_the_owners_sba_leaves_the_sba_bits_in_it() {
         panic!("REG_DMB over the SBA refused");
     };
     let before = rig.ram(1, 0, 8192);
-    rig.fabric
-        .move_data(0, window(token, 0, true), &[0x45; 64])
+    rig.move_data(0, window(token, 0, true), &[0x45; 64])
         .unwrap();
     let after = rig.ram(1, 0, 8192);
     let mut expected = before.clone();

@@ -31,8 +31,6 @@ pub enum MoveVia {
     Store,
     /// `Fabric::store_move` of a store the client posted (a failure is held).
     Posted,
-    /// `Fabric::move_data`.
-    Data,
 }
 
 /// What became of a recorded move.

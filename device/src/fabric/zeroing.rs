@@ -117,9 +117,7 @@ mod tests {
             .unwrap()
             .extend([watch(token), watch(5 << 32)]);
         rig.fabric.poll_zeroing();
-        rig.fabric
-            .move_data(0, window(token, 8, false), b"x")
-            .unwrap();
+        rig.move_data(0, window(token, 8, false), b"x").unwrap();
         rig.fabric.poll_zeroing();
         let calls = rig.sink.calls();
         let polls: Vec<&String> = calls.iter().filter(|c| c.starts_with("zero")).collect();

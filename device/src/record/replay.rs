@@ -272,18 +272,10 @@ pub fn replay(
                 // long enough for the device to refuse it, never allocated.
                 let mut bytes = data.as_deref().and_then(from_hex).unwrap_or_default();
                 bytes.resize(len.min(MAX_MOVE_LEN + 1), 0);
-                let got = match via {
-                    MoveVia::Store | MoveVia::Posted => {
-                        match fabric.store_move(f, window, &bytes, via == MoveVia::Posted) {
-                            Ok(Stored::Landed) => MoveResult::Landed,
-                            Ok(Stored::Held(_)) => MoveResult::Held,
-                            Err(_) => MoveResult::Rejected,
-                        }
-                    }
-                    MoveVia::Data => match fabric.move_data(f, window, &bytes) {
-                        Ok(()) => MoveResult::Landed,
-                        Err(_) => MoveResult::Rejected,
-                    },
+                let got = match fabric.store_move(f, window, &bytes, via == MoveVia::Posted) {
+                    Ok(Stored::Landed) => MoveResult::Landed,
+                    Ok(Stored::Held(_)) => MoveResult::Held,
+                    Err(_) => MoveResult::Rejected,
                 };
                 reads.move_done(f);
                 if got != result {
