@@ -11,8 +11,9 @@ use super::wire::{
     RegDmbRequest, RegIeqRequest, RegSbaRequest, ReqHeader, Request, ResetVlanRequest,
     SetVlanRequest, SignalIeqRequest, UnregDmbRequest, UnregIeqRequest, UnregSbaRequest,
 };
-// The response column is read by the tests only (`Opcode::response_len`).
-#[cfg(test)]
+// The response column is read by the tests and the fuzz targets only
+// (`Opcode::response_len`).
+#[cfg(any(test, feature = "testkit"))]
 use super::wire::{QueryInfoResponse, ReadGidResponse, RegDmbResponse, RespHeader};
 
 /// Builds [`Opcode`] and everything derived from the table. A row is
@@ -54,9 +55,10 @@ macro_rules! opcodes {
             }
 
             /// The length of a successful response (a failure answers with a header only).
-            /// Only the tests ask: they pin the response structs to the driver's sizes
-            /// (responses are encoded from their structs, `RespHeader::of`).
-            #[cfg(test)]
+            /// Only the tests and the fuzz targets ask: they pin the response structs to
+            /// the driver's sizes and check the device's answers (responses are encoded
+            /// from their structs, `RespHeader::of`).
+            #[cfg(any(test, feature = "testkit"))]
             pub const fn response_len(self) -> usize {
                 match self {
                     $(Opcode::$variant => size_of::<$resp>(),)*
