@@ -18,10 +18,10 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use ism_emu::backend::IsmBackend;
+use ism_emu::fabric::EventSink;
 use ism_emu::fabric::Fabric;
 use ism_emu::ism::status::{IEQ_LEN, SBA_LEN};
 use ism_emu::ism::MoveAddress;
-use ism_emu::fabric::EventSink;
 use ism_emu::pci::{Bar, Region};
 use ism_emu::testkit::GuestRam;
 use ism_emu::transport::{Device, Unmap};

@@ -142,5 +142,10 @@ pub fn move_offset(token: u64, dmbe: u8, signal: bool, offset: u32) -> u64 {
 /// A 32-byte CDC message (net/smc's smcd_cdc_msg) with cursors and connection flags.
 pub fn cdc(prod_count: u32, cons_count: u32, prod_flags: u8, conn_state: u8) -> cdc::Area {
     let cursor = |count| cdc::Cursor { wrap: 0, count };
-    cdc::message(cursor(prod_count), cursor(cons_count), prod_flags, conn_state)
+    cdc::message(
+        cursor(prod_count),
+        cursor(cons_count),
+        prod_flags,
+        conn_state,
+    )
 }

@@ -380,6 +380,7 @@ mod tests {
     use zerocopy::FromZeros;
 
     use super::*;
+    use crate::testkit::message;
     use crate::transport::wire::flags;
 
     type Answer = Result<(), Refused>;
@@ -413,17 +414,6 @@ mod tests {
         fn set_irqs(&mut self, _: u32, _: u32, _: u32, _: u32, _: Vec<File>) -> Answer {
             Ok(())
         }
-    }
-
-    fn message(id: u16, command: u16, flag_bits: u32, body: &[u8]) -> Vec<u8> {
-        let header = Header {
-            id: id.into(),
-            command: command.into(),
-            size: ((HEADER_LEN + body.len()) as u32).into(),
-            flags: flag_bits.into(),
-            error: 0.into(),
-        };
-        [header.as_bytes(), body].concat()
     }
 
     fn version(id: u16, caps: &str) -> Vec<u8> {
