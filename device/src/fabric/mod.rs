@@ -7,7 +7,9 @@
 //! [`Recorder`] (a trace), and reads what is not its own state (guest memory it did not
 //! write, time to wait) through [`GuestReads`]: live, or a trace's in a replay. It knows
 //! nothing above it. Commands are in `commands`, data moves in `moves`, held failures of
-//! posted moves in `held`, the zeroing watch in `zeroing`, injected faults in `inject`.
+//! posted moves in `held`, the zeroing watch in `zeroing`, injected faults in `inject`;
+//! the event seam and its types in `events`, the trace's in `recorder`, the guest reads
+//! in `reads`, the functions' counters and views in `view`.
 
 mod commands;
 mod events;

@@ -1,6 +1,7 @@
 //! The host's view of what the guests do with their DMBs.
 //!
-//! The fabric reports to it through [`EventSink`] (under the fabric's lock) when functions
+//! It sits above the fabric, which reports to it through the fabric's own
+//! [`EventSink`](crate::fabric::EventSink) (under the fabric's lock) when functions
 //! and DMBs come and go and after every data move; the hooks are short (no guest memory
 //! is read under the lock, events go to a writer thread). From the SMC-D CDC messages that
 //! a peer writes at DMB offset 0 the observer
@@ -12,9 +13,9 @@
 //! followers on the control socket.
 //!
 //! Here: the [`Observer`] and its event writer thread. Beside it: `event` (the stream's
-//! schema), `sink` (the fabric's hooks), `dmb_life` (the tracker), `summary` (what it
-//! tells of a DMB), `reads` (what the fabric reads of guest memory for it), `report`
-//! (the snapshot and its tables), `json` (hex identifiers in JSON).
+//! schema), `sink` (its answers to the fabric's hooks), `cursor` (reading CDC messages),
+//! `dmb_life` (the tracker, with its zeroing watch), `summary` (what it tells of a DMB),
+//! `report` (the snapshot and its tables).
 
 mod cursor;
 pub mod dmb_life;
