@@ -4,7 +4,7 @@
 Reads what one run of scripts/hops.sh leaves in its folder:
 - <guest>.trace: QEMU's simple-backend trace of that guest (the events named in
   scripts/hops.sh), CLOCK_MONOTONIC nanoseconds;
-- hops/hops-*.csv: the emulator's hop log (device/src/server/hops.rs), same clock.
+- hops/hops-*.csv: the emulator's hop log (device/src/transport/hops.rs), same clock.
 
 and prints, per kind of store (data move, signalling move, other), when each
 milestone of a waited store came, as the median time after QEMU's PCISTB helper began

@@ -175,12 +175,21 @@ need_host_packages() {
     done
     [ ${#missing[@]} -eq 0 ] && return 0
     step "installing host packages (Debian's, from the host's apt sources): ${missing[*]}"
-    if [ ! -f "$CACHE_DIR/.host-apt-updated" ] || [ -n "$(find "$CACHE_DIR/.host-apt-updated" -mmin +1440)" ]; then
+    # The decision rests on this machine's apt state, not on a mark in the cache (a cache
+    # restored from another machine, as CI's is, would skip the update): no package
+    # lists at all means an update first; an install that fails on lists gone stale is
+    # tried once more after an update.
+    local updated=
+    if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -print -quit 2>/dev/null)" ]; then
         logged "apt-get update" apt-get update || die "apt-get update failed"
-        mkdir -p "$CACHE_DIR" && touch "$CACHE_DIR/.host-apt-updated"
+        updated=1
     fi
-    logged "installing ${missing[*]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y --no-install-recommends "${missing[@]}" \
+    local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}")
+    logged "installing ${missing[*]}" "${install[@]}" && return 0
+    [ -z "$updated" ] || die "could not install host packages: ${missing[*]}"
+    logged "apt-get update (the install failed: stale package lists?)" apt-get update \
+        || die "apt-get update failed"
+    logged "installing ${missing[*]}" "${install[@]}" \
         || die "could not install host packages: ${missing[*]}"
 }
 

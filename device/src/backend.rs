@@ -10,68 +10,59 @@
 
 use std::fs::File;
 use std::sync::Arc;
-use std::time::Instant;
 
-use nix::errno::Errno;
-use vfio_user::{DmaMapFlags, DmaUnmapFlags};
+use vfio_bindings::bindings::vfio::{
+    VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_user::DmaMapFlags;
 
 use crate::dmb::FunctionId;
 use crate::fabric::{Fabric, Stored};
+use crate::guest::interrupts::{has_irq_info, vector_count, IRQ_INFO_FLAGS};
 use crate::ism::command::{self, HEADER_LEN};
+use crate::ism::opcodes;
 use crate::ism::MAX_MOVE_LEN;
-use crate::pci::{Bar, ConfigSpace, Region};
-use crate::util::ratelimit::{guest_lines, guest_log};
+use crate::pci::{region_size, Bar, ConfigSpace, Region};
+use crate::transport::{wire, Description, Device, Refused, Unmap};
+use crate::util::ratelimit::guest_log;
 
-/// Why the device refused a request: the error reply's errno.
-#[derive(Debug, thiserror::Error)]
-pub enum Refused {
-    /// The request makes no sense for this device (a bad region, offset or length).
-    #[error("{0}")]
-    Invalid(String),
-    /// The device could not do it: for a data move, the store did not happen.
-    #[error("{0}")]
-    Failed(String),
-}
-
-impl Refused {
-    pub fn errno(&self) -> i32 {
-        match self {
-            Refused::Invalid(_) => Errno::EINVAL as i32,
-            Refused::Failed(_) => Errno::EIO as i32,
-        }
+/// What every function tells its client about itself: every PCI region index (unused
+/// ones with size 0) and every PCI interrupt index.
+pub fn description() -> Description {
+    let regions = (0..VFIO_PCI_NUM_REGIONS)
+        .map(|index| {
+            let size = region_size(index);
+            let flags = if size == 0 {
+                0
+            } else {
+                VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE
+            };
+            wire::RegionInfo {
+                argsz: (size_of::<wire::RegionInfo>() as u32).into(),
+                flags: flags.into(),
+                index: index.into(),
+                cap_offset: 0.into(),
+                size: size.into(),
+                offset: 0.into(),
+            }
+        })
+        .collect();
+    let irqs = (0..VFIO_PCI_NUM_IRQS)
+        .map(|index| {
+            has_irq_info(index).then(|| wire::IrqInfo {
+                argsz: (size_of::<wire::IrqInfo>() as u32).into(),
+                flags: IRQ_INFO_FLAGS.into(),
+                index: index.into(),
+                count: vector_count(index).into(),
+            })
+        })
+        .collect();
+    Description {
+        regions,
+        irqs,
+        resettable: true,
     }
-}
-
-/// The device behind one connection, as the message loop drives it.
-pub trait Device {
-    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Refused>;
-    /// `posted`: the client sent the write with the no-reply flag and will never learn
-    /// its result.
-    fn region_write(
-        &mut self,
-        region: u32,
-        offset: u64,
-        data: &[u8],
-        posted: bool,
-    ) -> Result<(), Refused>;
-    fn dma_map(
-        &mut self,
-        flags: DmaMapFlags,
-        file_offset: u64,
-        iova: u64,
-        size: u64,
-        fd: Option<File>,
-    ) -> Result<(), Refused>;
-    fn dma_unmap(&mut self, flags: DmaUnmapFlags, iova: u64, size: u64) -> Result<(), Refused>;
-    fn reset(&mut self) -> Result<(), Refused>;
-    fn set_irqs(
-        &mut self,
-        index: u32,
-        flags: u32,
-        start: u32,
-        count: u32,
-        fds: Vec<File>,
-    ) -> Result<(), Refused>;
 }
 
 const COMMAND_AREA: usize = Bar::Command.size() as usize;
@@ -111,7 +102,7 @@ impl IsmBackend {
     /// Runs the request now in the command area and leaves the response there.
     fn execute_command(&mut self) {
         let opcode = command::opcode_of(&self.command_area[..]);
-        let result = match command::decode(&self.command_area[..]) {
+        let result = match opcodes::decode(&self.command_area[..]) {
             Ok(cmd) => {
                 log::trace!("{}: command {cmd:?}", self.name);
                 self.fabric.execute(self.id, cmd)
@@ -122,14 +113,13 @@ impl IsmBackend {
             }
         };
         if let Err(e) = &result {
-            if self.guest_errors_may_log() {
-                log::warn!(
-                    "{} (gid {:#018x}): command {opcode:#x} failed with ret {:#06x}: {e}",
-                    self.name,
-                    self.gid,
-                    e.ret()
-                );
-            }
+            let ret = e.ret();
+            guest_log!(
+                Warn,
+                self.name,
+                self.gid,
+                "command {opcode:#x} failed with ret {ret:#06x}: {e}"
+            );
         }
         command::encode(&mut self.command_area[..], opcode, &result);
     }
@@ -148,12 +138,6 @@ impl IsmBackend {
                     "command area access {offset:#x}+{len} out of range"
                 ))
             })
-    }
-
-    /// Whether a guest-caused warning may be logged now (the function's share of
-    /// `ratelimit::guest_lines`, which every guest-caused line draws on).
-    fn guest_errors_may_log(&mut self) -> bool {
-        guest_lines().allow(&self.name, self.gid, Instant::now())
     }
 
     /// Called when the client goes away for good.
@@ -220,9 +204,14 @@ impl Device for IsmBackend {
             // QEMU bounds config accesses itself: a bad one is logged and ignored, as a
             // config write to a register that does not exist is on real hardware.
             Some(Region::Config) => {
-                if !self.config.write(offset, data) && self.guest_errors_may_log() {
-                    let (name, len) = (&self.name, data.len());
-                    log::warn!("{name}: config write {offset:#x}+{len} out of range ignored");
+                if !self.config.write(offset, data) {
+                    let len = data.len();
+                    guest_log!(
+                        Warn,
+                        self.name,
+                        self.gid,
+                        "config write {offset:#x}+{len} out of range ignored"
+                    );
                 }
             }
             Some(Region::Bar(Bar::Command)) => match self.command_area_range(offset, data.len()) {
@@ -234,9 +223,7 @@ impl Device for IsmBackend {
                     }
                 }
                 Err(e) => {
-                    if self.guest_errors_may_log() {
-                        log::warn!("{} (gid {:#018x}): {e}; refused", self.name, self.gid);
-                    }
+                    guest_log!(Warn, self.name, self.gid, "{e}; refused");
                     return Err(e);
                 }
             },
@@ -250,24 +237,22 @@ impl Device for IsmBackend {
                 match self.fabric.store_move(self.id, offset, data, posted) {
                     Ok(Stored::Landed) => {}
                     Ok(Stored::Held(e)) => {
-                        if self.guest_errors_may_log() {
-                            log::warn!(
-                                "{} (gid {:#018x}): posted move to {offset:#x} ({} bytes) rejected, held against its signals into that DMB: {e}",
-                                self.name,
-                                self.gid,
-                                data.len()
-                            );
-                        }
+                        let len = data.len();
+                        guest_log!(
+                            Warn,
+                            self.name,
+                            self.gid,
+                            "posted move to {offset:#x} ({len} bytes) rejected, held against its signals into that DMB: {e}"
+                        );
                     }
                     Err(e) => {
-                        if self.guest_errors_may_log() {
-                            log::warn!(
-                                "{} (gid {:#018x}): move to {offset:#x} ({} bytes) rejected: {e}",
-                                self.name,
-                                self.gid,
-                                data.len()
-                            );
-                        }
+                        let len = data.len();
+                        guest_log!(
+                            Warn,
+                            self.name,
+                            self.gid,
+                            "move to {offset:#x} ({len} bytes) rejected: {e}"
+                        );
                         return Err(Refused::Failed(e.to_string()));
                     }
                 }
@@ -307,19 +292,19 @@ impl Device for IsmBackend {
             })
     }
 
-    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> Result<(), Refused> {
+    fn dma_unmap(&mut self, what: Unmap) -> Result<(), Refused> {
         self.ensure_attached();
-        // "Unmap all" is bit 1 in Linux's vfio.h and bit 2 in the vfio_user crate; either,
-        // or an empty range at 0, means everything.
-        if flags.bits() & 0b110 != 0 || (address == 0 && size == 0) {
-            self.fabric.dma_unmap_all(self.id);
-            return Ok(());
+        // An empty range at 0 means everything too.
+        match what {
+            Unmap::All | Unmap::Range { iova: 0, size: 0 } => self.fabric.dma_unmap_all(self.id),
+            Unmap::Range { iova, size } => {
+                let removed = self.fabric.dma_unmap(self.id, iova, size);
+                log::trace!(
+                    "{}: DMA_UNMAP {iova:#x}+{size:#x} removed {removed:#x} bytes",
+                    self.name
+                );
+            }
         }
-        let removed = self.fabric.dma_unmap(self.id, address, size);
-        log::trace!(
-            "{}: DMA_UNMAP {address:#x}+{size:#x} removed {removed:#x} bytes",
-            self.name
-        );
         Ok(())
     }
 

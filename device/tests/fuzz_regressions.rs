@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use ism_emu::backend::Device;
 use ism_emu::backend::IsmBackend;
 use ism_emu::default_gid;
 use ism_emu::fabric::Fabric;
@@ -11,6 +10,7 @@ use ism_emu::ism::opcodes::Opcode;
 use ism_emu::ism::wire::ReqHeader;
 use ism_emu::pci::Bar;
 use ism_emu::testkit::rig::Recorder;
+use ism_emu::transport::Device;
 use zerocopy::big_endian::{U16, U32};
 use zerocopy::IntoBytes;
 
@@ -70,8 +70,7 @@ fn a_signalled_move_into_a_dmb_over_the_owners_sba_leaves_the_sba_bits_in_it() {
         panic!("REG_DMB over the SBA refused");
     };
     let before = rig.ram(1, 0, 8192);
-    rig.fabric
-        .move_data(0, window(token, 0, true), &[0x45; 64])
+    rig.move_data(0, window(token, 0, true), &[0x45; 64])
         .unwrap();
     let after = rig.ram(1, 0, 8192);
     let mut expected = before.clone();

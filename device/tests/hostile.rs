@@ -6,7 +6,7 @@ mod support;
 use ism_emu::default_gid;
 use ism_emu::ism::opcodes::Opcode;
 use ism_emu::ism::wire;
-use ism_emu::testkit::{cmd, msg, GuestRam};
+use ism_emu::testkit::{cmd, msg, request_header, GuestRam};
 use support::*;
 use zerocopy::IntoBytes;
 
@@ -312,13 +312,7 @@ fn a_client_that_ends_inside_a_message_detaches_the_function_like_a_disconnect()
     let mut c = m.guest(1);
     c.reg_dmb(16384, default_gid(CHID, 0));
     // A REGION_WRITE that announces 100 bytes, of which 4 arrive before the client ends.
-    let header = msg::Header {
-        id: 99.into(),
-        command: cmd::REGION_WRITE.into(),
-        size: 100.into(),
-        flags: 0.into(),
-        error: 0.into(),
-    };
+    let header = request_header(99, cmd::REGION_WRITE, 100 - 16, 0);
     c.client.send_raw(header.as_bytes()).unwrap();
     c.client.send_raw(&[0, 0, 2, 0]).unwrap();
     c.client.shutdown_write().unwrap();

@@ -11,12 +11,12 @@ const LAYERS: &[&[&str]] = &[
     &["testkit"],
     &["server"],
     &["control", "backend", "record"],
-    &["fabric"],
     &["observer"],
+    &["fabric"],
     &["pci", "dmb", "fault"],
     &["ism"],
     &["guest"],
-    &["util", "logger"],
+    &["util", "logger", "transport"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

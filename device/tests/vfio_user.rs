@@ -9,8 +9,8 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use ism_emu::default_gid;
-use ism_emu::server::wire::{self, command as cmd, flags, HEADER_LEN};
-use ism_emu::testkit::msg;
+use ism_emu::testkit::{msg, request_header};
+use ism_emu::transport::wire::{self, command as cmd, flags};
 use support::*;
 use vmm_sys_util::eventfd::EventFd;
 use zerocopy::{FromBytes, IntoBytes};
@@ -21,13 +21,7 @@ const ENOSYS: u32 = 38;
 const EIO: u32 = 5;
 
 fn header(command: u16, body_len: usize, flag_bits: u32, id: u16) -> msg::Header {
-    msg::Header {
-        id: id.into(),
-        command: command.into(),
-        size: ((HEADER_LEN + body_len) as u32).into(),
-        flags: flag_bits.into(),
-        error: 0.into(),
-    }
+    request_header(id, command, body_len, flag_bits)
 }
 
 #[test]

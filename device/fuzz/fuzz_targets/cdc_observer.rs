@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arbitrary::Arbitrary;
+use ism_emu::ism::cdc;
 use ism_emu::observer::summary::ConnState;
 use ism_emu::observer::Observer;
 use ism_emu_fuzz::{gid, wire, World, BASE, DMB_AT, PAGE, RAM_PAGES};
@@ -98,12 +99,12 @@ impl Model {
     }
 
     fn data_moved(ends: &mut Option<Vec<u64>>, offset: u32, len: usize, dmb_len: u32) {
-        let area = u64::from(dmb_len).saturating_sub(32);
-        let (Some(list), true, true) = (ends.as_mut(), area > 0, offset >= 32) else {
+        let area = u64::from(dmb_len).saturating_sub(cdc::LEN as u64);
+        let (Some(list), true, true) = (ends.as_mut(), area > 0, offset >= cdc::LEN as u32) else {
             return;
         };
         if list.len() < 512 {
-            list.push((u64::from(offset) - 32 + len as u64) % area);
+            list.push((u64::from(offset) - cdc::LEN as u64 + len as u64) % area);
         } else {
             *ends = None;
         }
@@ -111,7 +112,7 @@ impl Model {
 }
 
 fn is_cdc(offset: u32, signal: bool, data: &[u8]) -> bool {
-    offset == 0 && signal && data.len() >= 32 && data[0] == 0xfe
+    offset == 0 && signal && data.len() >= cdc::LEN && data[0] == cdc::TYPE
 }
 
 /// The model's step for an accepted move (docs/observer.md: a move into a closed DMB only
@@ -128,8 +129,9 @@ fn step(
 ) -> Option<u64> {
     m.bytes += data.len() as u64;
     m.signals += u64::from(signal);
-    let cdc = is_cdc(offset, signal, data);
-    let closing = cdc && data[23] & 0x60 != 0;
+    let is_msg = is_cdc(offset, signal, data);
+    let closing =
+        is_msg && data[cdc::CONN_STATE] & (cdc::PEER_CONN_CLOSED | cdc::PEER_CONN_ABORT) != 0;
     let mut reopened = None;
     match m.state {
         ConnState::Fresh => {
@@ -137,11 +139,11 @@ fn step(
             m.state = ConnState::Open;
             m.announced = 0;
             m.ends = Some(Vec::new());
-            if !cdc {
+            if !is_msg {
                 Model::data_moved(&mut m.ends, offset, data.len(), dmb_len);
             }
         }
-        ConnState::Closed if !cdc => {
+        ConnState::Closed if !is_msg => {
             if m.pending.is_none() {
                 m.pending = Some(before);
                 m.ends = Some(Vec::new());
@@ -166,14 +168,14 @@ fn step(
             }));
         }
         ConnState::Open => {
-            if !cdc {
+            if !is_msg {
                 Model::data_moved(&mut m.ends, offset, data.len(), dmb_len);
                 return None;
             }
         }
     }
-    if cdc && m.state == ConnState::Open && u64::from(dmb_len) > 32 {
-        let seen = u64::from(u32::from_be_bytes(data[10..14].try_into().unwrap()));
+    if is_msg && m.state == ConnState::Open && u64::from(dmb_len) > cdc::LEN as u64 {
+        let seen = u64::from(cdc::prod_count(data));
         let ours = match &m.ends {
             None => true,
             Some(ends) => seen == m.announced || ends.contains(&seen),

@@ -230,7 +230,7 @@ fuzz_target!(|input: Input| {
             } => {
                 let f = usize::from(*f) % n;
                 let mut buf = vec![0; usize::from(*len) % 8193];
-                let _ = ism_emu::backend::Device::region_read(
+                let _ = ism_emu::transport::Device::region_read(
                     &mut world.guests[f].backend,
                     region(*r),
                     *offset,

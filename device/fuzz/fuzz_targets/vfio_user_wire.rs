@@ -24,7 +24,7 @@ use libfuzzer_sys::fuzz_target;
 fn socket() -> &'static PathBuf {
     static SOCKET: OnceLock<PathBuf> = OnceLock::new();
     SOCKET.get_or_init(|| {
-        // The message loop is the project's own (server/vfio_user.rs) and must not
+        // The message loop is the project's own (transport/connection.rs) and must not
         // panic on any input: a panic of the serving thread is a crash here too.
         let dir = std::env::temp_dir().join(format!("ism-emu-fuzz-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("socket directory");

@@ -17,15 +17,15 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use ism_emu::backend::Device;
 use ism_emu::backend::IsmBackend;
+use ism_emu::fabric::EventSink;
 use ism_emu::fabric::Fabric;
 use ism_emu::ism::status::{IEQ_LEN, SBA_LEN};
 use ism_emu::ism::MoveAddress;
-use ism_emu::observer::EventSink;
 use ism_emu::pci::{Bar, Region};
 use ism_emu::testkit::GuestRam;
-use vfio_user::{DmaMapFlags, DmaUnmapFlags};
+use ism_emu::transport::{Device, Unmap};
+use vfio_user::DmaMapFlags;
 
 pub mod seeds;
 pub mod wire;
@@ -242,13 +242,13 @@ impl World {
     }
 
     pub fn dma_unmap(&mut self, f: usize, iova: u64, size: u64, all: bool) {
-        let flags = if all {
-            DmaUnmapFlags::from_bits_retain(0b10)
+        let what = if all {
+            Unmap::All
         } else {
-            DmaUnmapFlags::empty()
+            Unmap::Range { iova, size }
         };
         let guest = &mut self.guests[f];
-        let ok = guest.backend.dma_unmap(flags, iova, size).is_ok();
+        let ok = guest.backend.dma_unmap(what).is_ok();
         assert!(ok, "DMA_UNMAP answers an error");
         if all || (iova == 0 && size == 0) {
             guest.mappings.clear();

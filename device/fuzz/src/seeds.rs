@@ -10,7 +10,7 @@
 use ism_emu::ism::wire::ReadGidRequest;
 use ism_emu::pci::Bar;
 use ism_emu::testkit::{cmd, msg};
-use zerocopy::little_endian::{U16 as LeU16, U32 as LeU32, U64 as LeU64};
+use zerocopy::little_endian::{U32 as LeU32, U64 as LeU64};
 use zerocopy::IntoBytes;
 
 use crate::{gid, wire, BASE, DMB_AT, IEQ_AT, PAGE, SBA_AT};
@@ -91,16 +91,7 @@ fn command() -> Seeds {
 }
 
 fn message(id: u16, command: u16, payload: &[u8]) -> Vec<u8> {
-    let header = msg::Header {
-        id: LeU16::new(id),
-        command: LeU16::new(command),
-        size: LeU32::new((16 + payload.len()) as u32),
-        flags: LeU32::ZERO,
-        error: LeU32::ZERO,
-    };
-    let mut out = header.as_bytes().to_vec();
-    out.extend_from_slice(payload);
-    out
+    ism_emu::testkit::message(id, command, 0, payload)
 }
 
 fn version() -> Vec<u8> {

@@ -1,6 +1,7 @@
 //! Requests as the driver builds them, the response as it reads it, and the probe
 //! sequence, from the device's own wire structs.
 
+use ism_emu::ism::cdc;
 use ism_emu::ism::wire::{self as w, Request};
 use zerocopy::big_endian::{U32, U64};
 
@@ -139,12 +140,12 @@ pub fn move_offset(token: u64, dmbe: u8, signal: bool, offset: u32) -> u64 {
 }
 
 /// A 32-byte CDC message (net/smc's smcd_cdc_msg) with cursors and connection flags.
-pub fn cdc(prod_count: u32, cons_count: u32, prod_flags: u8, conn_state: u8) -> [u8; 32] {
-    let mut m = [0u8; 32];
-    m[0] = 0xfe;
-    m[10..14].copy_from_slice(&prod_count.to_be_bytes());
-    m[18..22].copy_from_slice(&cons_count.to_be_bytes());
-    m[22] = prod_flags;
-    m[23] = conn_state;
-    m
+pub fn cdc(prod_count: u32, cons_count: u32, prod_flags: u8, conn_state: u8) -> cdc::Area {
+    let cursor = |count| cdc::Cursor { wrap: 0, count };
+    cdc::message(
+        cursor(prod_count),
+        cursor(cons_count),
+        prod_flags,
+        conn_state,
+    )
 }

@@ -175,32 +175,8 @@ pub enum Done {
     Cleared { removed: usize },
 }
 
-/// One rule in force. The fields are in alphabetical order, as `fault list --json`
-/// has always printed them (docs/faults.md).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FaultRule {
-    /// Times it fired.
-    pub fired: u64,
-    pub id: u32,
-    /// Times its hook was reached with a matching occasion.
-    pub seen: u64,
-    /// Its canonical text (`rc` filled in, for example).
-    pub spec: String,
-    /// A `next=N` rule that has fired N times: it fires no more.
-    pub spent: bool,
-}
-
-impl From<RuleView> for FaultRule {
-    fn from(r: RuleView) -> Self {
-        Self {
-            fired: r.fired,
-            id: r.id,
-            seen: r.seen,
-            spec: r.spec,
-            spent: r.spent,
-        }
-    }
-}
+/// One rule in force: the fault plan's own view of it (serde both ways).
+pub type FaultRule = RuleView;
 
 /// `fault list --json`'s output: the rules of a `fault_list` answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -169,7 +169,7 @@ impl Control {
                 }
             }
             Request::FaultList => Answer::Done(Done::List {
-                faults: self.fabric.faults().into_iter().map(Into::into).collect(),
+                faults: self.fabric.faults(),
             }),
             Request::FaultClear { id } => match (self.fabric.clear_faults(id), id) {
                 (0, Some(id)) => refused(

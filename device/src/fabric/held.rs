@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use crate::dmb::FunctionId;
 use crate::util::ratelimit::guest_log;
 
+use crate::ism::cdc;
+
 use super::moves::{Move, MoveError};
-use super::{Fabric, FabricState, Record, CDC_AREA};
+use super::{Fabric, FabricState, Record};
 
 /// Failures of posted moves, each failing every later signalling move of the sender into
 /// the same DMB. Only a move that arrived with the vfio-user no-reply flag is held: the
@@ -34,19 +36,15 @@ struct Held {
     /// The DMB's CDC slot when the move failed: the sender's last signal into it, which
     /// no later one replaces while the failure stands. None: no DMB, unreadable, or a
     /// replay (which takes the lifting from the trace).
-    slot: Option<Slot>,
+    slot: Option<cdc::Area>,
 }
-
-/// The first bytes of a DMB, where SMC-D's sender puts its CDC message.
-pub type Slot = [u8; SLOT_LEN];
-const SLOT_LEN: usize = CDC_AREA;
 
 /// A guest has a handful of connections per peer; a guest with more failing DMBs than
 /// this at once is broken or hostile and gets the coarse answer.
 pub const HELD_TOKENS: usize = 64;
 
 impl HeldFailures {
-    fn hold(&mut self, token: u64, cause: String, slot: Option<Slot>) {
+    fn hold(&mut self, token: u64, cause: String, slot: Option<cdc::Area>) {
         if self.by_token.len() < HELD_TOKENS || self.by_token.contains_key(&token) {
             self.by_token.entry(token).or_insert(Held { cause, slot });
         } else if self.overflow.is_none() {
@@ -122,19 +120,6 @@ impl Fabric {
         self.trace(|_| Record::HeldLifted { f: sender, token });
         None
     }
-}
-
-/// The CDC slot of DMB `token` as its owner's memory holds it now (zeros past a DMB
-/// shorter than the slot); None if there is no such DMB or it is not all mapped.
-pub(super) fn read_slot(st: &FabricState, token: u64) -> Option<Slot> {
-    let dmb = st.dmbs.get(&token)?;
-    let mut slot = [0; SLOT_LEN];
-    let len = SLOT_LEN.min(dmb.len as usize);
-    st.functions[dmb.owner]
-        .dma
-        .read(dmb.iova, &mut slot[..len])
-        .ok()?;
-    Some(slot)
 }
 
 #[cfg(test)]

@@ -7,14 +7,18 @@
 //! [`Recorder`] (a trace), and reads what is not its own state (guest memory it did not
 //! write, time to wait) through [`GuestReads`]: live, or a trace's in a replay. It knows
 //! nothing above it. Commands are in `commands`, data moves in `moves`, held failures of
-//! posted moves in `held`, the zeroing watch in `zeroing`, injected faults in `inject`.
+//! posted moves in `held`, the zeroing watch in `zeroing`, injected faults in `inject`;
+//! the event seam and its types in `events`, the trace's in `recorder`, the guest reads
+//! in `reads`, the functions' counters and views in `view`.
 
 mod commands;
+mod events;
 mod held;
 mod inject;
 mod moves;
 mod reads;
 mod recorder;
+mod view;
 mod zeroing;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,15 +33,16 @@ use crate::fault::FaultPlan;
 use crate::guest::interrupts::{Interrupts, IrqError};
 use crate::guest::{DmaError, DmaSpace};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
-use crate::observer::report::{Counters, FunctionView};
-use crate::observer::EventSink;
 use crate::util::ratelimit::{guest_log, Budget};
 
-pub use held::{HeldFailures, Slot, HELD_TOKENS};
+pub use events::{EventSink, ReuseCheck, Unread, ZeroScan, ZeroWatch};
+pub use held::{HeldFailures, HELD_TOKENS};
 pub use inject::FaultAdded;
 pub use moves::{MoveError, Stored};
 pub use reads::{GuestReads, LiveReads, PendingRead, ReuseRead};
-pub use recorder::{MoveResult, MoveVia, Record, Recorder, CDC_AREA};
+pub use recorder::{MoveResult, MoveVia, Record, Recorder};
+pub use view::{Counters, FunctionView};
+pub use zeroing::ZERO_SCAN_BUDGET;
 
 /// One function's device state, as far as other functions can see it. Outside the
 /// fabric it is seen through [`Fabric::function_views`].

@@ -8,13 +8,13 @@ use std::time::Instant;
 
 use crate::dmb::{Dmb, FunctionId, OpTime};
 use crate::guest::DmaError;
-use crate::ism::{MoveAddress, MAX_MOVE_LEN};
-use crate::observer::ReuseCheck;
+use crate::ism::{cdc, MoveAddress, MAX_MOVE_LEN};
 use crate::util::hex::to_hex;
 use crate::util::ratelimit::guest_log;
 
+use super::events::ReuseCheck;
 use super::reads::{PendingRead, ReuseRead};
-use super::{Fabric, FabricState, MoveResult, MoveVia, Record, CDC_AREA};
+use super::{Fabric, FabricState, MoveResult, MoveVia, Record};
 
 /// A rejected data move: the sender's PCISTB fails (condition code 1).
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +86,7 @@ impl<'a> Move<'a> {
     ///
     /// [`HeldFailures`]: super::HeldFailures
     fn may_be_held(&self) -> bool {
-        self.via != MoveVia::Data && self.addr.signal
+        self.addr.signal
     }
 }
 
@@ -121,17 +121,6 @@ impl Fabric {
             Err(e) if posted => Ok(Stored::Held(self.hold(&mv, e))),
             Err(e) => Err(e),
         }
-    }
-
-    /// A data move by function `sender` (a PCISTB to its BAR 0 at `window_offset`), never
-    /// held and never refused for a held failure.
-    pub fn move_data(
-        &self,
-        sender: FunctionId,
-        window_offset: u64,
-        data: &[u8],
-    ) -> Result<(), MoveError> {
-        self.carry_out(&Move::decode(sender, window_offset, data, MoveVia::Data))
     }
 
     /// Under the lock: check, copy, signal, record. A move that reopens a closed DMB
@@ -270,7 +259,7 @@ impl Fabric {
             let recorded = if recorder.payload() {
                 Some(mv.data)
             } else if mv.addr.offset == 0 {
-                Some(&mv.data[..mv.data.len().min(CDC_AREA)])
+                Some(&mv.data[..mv.data.len().min(cdc::LEN)])
             } else {
                 None
             };
@@ -351,8 +340,7 @@ mod tests {
     fn a_move_lands_in_the_owners_dmb_and_signals_it() {
         let rig = Rig::new(2);
         let token = rig.reg_dmb(1, rig.gid(0), 33);
-        rig.fabric
-            .move_data(0, window(token, 100, true), b"hello")
+        rig.move_data(0, window(token, 100, true), b"hello")
             .unwrap();
         let at = Rig::dmb_offset(33);
         assert_eq!(rig.ram(1, at + 99, 7), b"\0hello\0");
@@ -371,7 +359,7 @@ mod tests {
         let token = rig.reg_dmb(1, rig.gid(0), 32);
         let iova = crate::testkit::rig::BASE + Rig::dmb_offset(32);
         rig.fabric.dma_unmap(1, iova, 4096);
-        let err = rig.fabric.move_data(0, window(token, 0, true), b"lost");
+        let err = rig.move_data(0, window(token, 0, true), b"lost");
         assert!(matches!(err, Err(MoveError::OwnerUnmapped(_))), "{err:?}");
         assert!(!rig.sink.calls().iter().any(|c| c.starts_with("moved")));
     }
@@ -382,21 +370,15 @@ mod tests {
         let token = rig.reg_dmb(1, rig.gid(0), 32);
         *rig.sink.reuse.lock().unwrap() = true;
         rig.rams[1].write(Rig::dmb_offset(32) + 3, &[9]).unwrap();
-        rig.fabric
-            .move_data(0, window(token, 0, false), b"new")
-            .unwrap();
+        rig.move_data(0, window(token, 0, false), b"new").unwrap();
         assert_eq!(
             rig.sink.last(),
             format!("moved {token:#x}+0 3 Some(Read {{ stale: 1, first: Some(3) }})")
         );
         // A budget of one more DMB read, refilled never.
         rig.reuse_read_budget(0, 16384);
-        rig.fabric
-            .move_data(0, window(token, 0, false), b"x")
-            .unwrap();
-        rig.fabric
-            .move_data(0, window(token, 0, false), b"x")
-            .unwrap();
+        rig.move_data(0, window(token, 0, false), b"x").unwrap();
+        rig.move_data(0, window(token, 0, false), b"x").unwrap();
         assert_eq!(
             rig.sink.last(),
             format!("moved {token:#x}+0 1 Some(Unknown(OverBudget))")
@@ -409,16 +391,11 @@ mod tests {
         let token = rig.reg_dmb(1, rig.gid(0), 32);
         rig.fabric.detach(0, "client disconnected", false);
         rig.fabric.attach(0);
-        let err = rig
-            .fabric
-            .move_data(0, window(token, 0, true), b"next client");
+        let err = rig.move_data(0, window(token, 0, true), b"next client");
         assert!(matches!(err, Err(MoveError::StaleGrant { .. })), "{err:?}");
         assert_eq!(rig.ram(1, Rig::dmb_offset(32), 4), [0; 4]);
         // The owner may still write its own DMB.
-        assert!(rig
-            .fabric
-            .move_data(1, window(token, 0, false), b"own")
-            .is_ok());
+        assert!(rig.move_data(1, window(token, 0, false), b"own").is_ok());
     }
 
     #[test]
@@ -427,17 +404,14 @@ mod tests {
         rig.fabric.detach(0, "client disconnected", false);
         let token = rig.reg_dmb(1, rig.gid(0), 32);
         rig.fabric.attach(0);
-        assert!(rig
-            .fabric
-            .move_data(0, window(token, 0, true), b"hi")
-            .is_ok());
+        assert!(rig.move_data(0, window(token, 0, true), b"hi").is_ok());
     }
 
     #[test]
     fn a_move_from_a_function_that_is_not_the_peer_writes_nothing() {
         let rig = Rig::new(3);
         let token = rig.reg_dmb(1, rig.gid(0), 32);
-        let err = rig.fabric.move_data(2, window(token, 0, true), b"intruder");
+        let err = rig.move_data(2, window(token, 0, true), b"intruder");
         assert!(matches!(err, Err(MoveError::WrongSender { .. })), "{err:?}");
         assert_eq!(rig.ram(1, Rig::dmb_offset(32), 8), [0; 8]);
         assert_eq!(rig.fabric.function_views()[2].counters.moves_rejected, 1);
@@ -447,9 +421,8 @@ mod tests {
     fn every_move_is_timed() {
         let rig = Rig::new(2);
         let a = rig.reg_dmb(1, rig.gid(0), 32);
-        rig.fabric.move_data(0, window(a, 0, true), b"one").unwrap();
-        rig.fabric
-            .move_data(0, window(a, 64_000, true), b"two")
+        rig.move_data(0, window(a, 0, true), b"one").unwrap();
+        rig.move_data(0, window(a, 64_000, true), b"two")
             .unwrap_err();
         let t = &rig.fabric.function_views()[0].counters.move_service;
         assert_eq!(t.count(), 2);
@@ -460,9 +433,7 @@ mod tests {
     fn a_move_past_the_end_of_the_dmb_is_refused() {
         let rig = Rig::new(2);
         let token = rig.reg_dmb(1, rig.gid(0), 32);
-        let err = rig
-            .fabric
-            .move_data(0, window(token, 16380, false), &[1; 8]);
+        let err = rig.move_data(0, window(token, 16380, false), &[1; 8]);
         assert!(matches!(err, Err(MoveError::OutOfRange { .. })), "{err:?}");
     }
 
@@ -471,9 +442,9 @@ mod tests {
         let rig = Rig::new(2);
         let token = rig.reg_dmb(1, rig.gid(0), 32);
         let element_16 = window(token, 0, true) | 16 << 24;
-        let err = rig.fabric.move_data(0, element_16, b"x");
+        let err = rig.move_data(0, element_16, b"x");
         assert!(matches!(err, Err(MoveError::BadElement(16))), "{err:?}");
-        let err = rig.fabric.move_data(0, window(99 << 32, 0, true), b"x");
+        let err = rig.move_data(0, window(99 << 32, 0, true), b"x");
         assert!(matches!(err, Err(MoveError::UnknownToken(_))), "{err:?}");
     }
 }

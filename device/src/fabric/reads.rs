@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::dmb::FunctionId;
 use crate::guest::DmaView;
-use crate::observer::{ReuseCheck, Unread, ZeroScan, ZeroWatch};
 
-use super::held::Slot;
+use crate::ism::cdc;
+
+use super::events::{ReuseCheck, Unread, ZeroScan, ZeroWatch};
 use super::{zeroing, Fabric, FabricState};
 
 /// The reuse check's answer under the lock.
@@ -40,7 +41,7 @@ pub trait GuestReads: Send + Sync {
     /// The observer wants the reuse check before `sender`'s move into DMB `token`.
     fn reuse(&self, st: &mut FabricState, sender: FunctionId, token: u64) -> ReuseRead;
     /// The CDC slot of DMB `token` when a posted move into it fails (None: not known).
-    fn cdc_slot(&self, st: &FabricState, token: u64) -> Option<Slot>;
+    fn cdc_slot(&self, st: &FabricState, token: u64) -> Option<cdc::Area>;
     /// Whether the owner of DMB `token` reset its CDC slot since `sender`'s move into it
     /// failed, when the slot held `then`: the failure is lifted.
     fn slot_reset(
@@ -48,7 +49,7 @@ pub trait GuestReads: Send + Sync {
         st: &FabricState,
         sender: FunctionId,
         token: u64,
-        then: Option<&Slot>,
+        then: Option<&cdc::Area>,
     ) -> bool;
     /// One tick of the zeroing watch: what each look at the `watch`ed DMBs found. Called
     /// without the fabric's lock.
@@ -77,8 +78,8 @@ impl GuestReads for LiveReads {
         }
     }
 
-    fn cdc_slot(&self, st: &FabricState, token: u64) -> Option<Slot> {
-        super::held::read_slot(st, token)
+    fn cdc_slot(&self, st: &FabricState, token: u64) -> Option<cdc::Area> {
+        read_slot(st, token)
     }
 
     fn slot_reset(
@@ -86,9 +87,9 @@ impl GuestReads for LiveReads {
         st: &FabricState,
         _sender: FunctionId,
         token: u64,
-        then: Option<&Slot>,
+        then: Option<&cdc::Area>,
     ) -> bool {
-        then.is_some_and(|then| super::held::read_slot(st, token).is_some_and(|now| now != *then))
+        then.is_some_and(|then| read_slot(st, token).is_some_and(|now| now != *then))
     }
 
     fn zero_looks(&self, fabric: &Fabric, watch: Vec<ZeroWatch>) -> Vec<(u64, ZeroScan)> {
@@ -98,4 +99,17 @@ impl GuestReads for LiveReads {
     fn wait(&self, delay: Duration) {
         std::thread::sleep(delay);
     }
+}
+
+/// The CDC slot of DMB `token` as its owner's memory holds it now (zeros past a DMB
+/// shorter than the slot); None if there is no such DMB or it is not all mapped.
+fn read_slot(st: &FabricState, token: u64) -> Option<cdc::Area> {
+    let dmb = st.dmbs.get(&token)?;
+    let mut slot = [0; cdc::LEN];
+    let len = cdc::LEN.min(dmb.len as usize);
+    st.functions[dmb.owner]
+        .dma
+        .read(dmb.iova, &mut slot[..len])
+        .ok()?;
+    Some(slot)
 }

@@ -9,13 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::dmb::FunctionId;
 use crate::ism::command::Command;
-use crate::observer::json::hex;
-use crate::observer::{ReuseCheck, ZeroScan};
+use crate::util::json::hex;
 
-/// Bytes at the start of a DMB that are always recorded: the CDC message a peer writes
-/// there (32 bytes; the user's data starts after it), which is all of a move the
-/// observer reads.
-pub const CDC_AREA: usize = crate::observer::dmb_life::cdc::LEN;
+use super::events::{ReuseCheck, ZeroScan};
 
 /// Takes the fabric's records (`serve --trace`: `record::Tracer`). Called
 /// under the fabric's lock: it must not block.
@@ -35,8 +31,6 @@ pub enum MoveVia {
     Store,
     /// `Fabric::store_move` of a store the client posted (a failure is held).
     Posted,
-    /// `Fabric::move_data`.
-    Data,
 }
 
 /// What became of a recorded move.

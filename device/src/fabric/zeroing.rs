@@ -4,9 +4,12 @@
 
 use crate::dmb::OpTime;
 use crate::guest::{DmaView, Scan};
-use crate::observer::{ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
 
+use super::events::{ZeroScan, ZeroWatch};
 use super::{Fabric, Record};
+
+/// Bytes of one function's DMBs the watcher reads per tick; the rest waits for the next.
+pub const ZERO_SCAN_BUDGET: u64 = 1 << 20;
 
 impl Fabric {
     /// One tick of the zeroing watch: looks at the closed DMBs the observer watches (what
@@ -92,9 +95,10 @@ fn look_cost(w: &ZeroWatch, len: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::ZERO_SCAN_BUDGET;
     use super::{look, look_cost, PAGE};
+    use crate::fabric::{ZeroScan, ZeroWatch};
     use crate::guest::{DmaSpace, DmaView};
-    use crate::observer::{ZeroScan, ZeroWatch, ZERO_SCAN_BUDGET};
     use crate::testkit::rig::Rig;
     use crate::testkit::{window, GuestRam};
 
@@ -113,9 +117,7 @@ mod tests {
             .unwrap()
             .extend([watch(token), watch(5 << 32)]);
         rig.fabric.poll_zeroing();
-        rig.fabric
-            .move_data(0, window(token, 8, false), b"x")
-            .unwrap();
+        rig.move_data(0, window(token, 8, false), b"x").unwrap();
         rig.fabric.poll_zeroing();
         let calls = rig.sink.calls();
         let polls: Vec<&String> = calls.iter().filter(|c| c.starts_with("zero")).collect();

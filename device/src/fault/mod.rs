@@ -6,10 +6,9 @@
 //!
 //! ```text
 //! SPEC := WHAT ['@' FUNCTION] {',' KEY '=' VALUE}
-//! WHAT := cmd=OPCODE | rgid-unknown | dmb-limit | move | move-delay
-//!       | irq-drop | irq-delay | gid-disabled
-//! KEY  := rc | max | token | signal | us | peer | next | every | prob | seed
 //! ```
+//!
+//! The kinds (WHAT) and the keys each takes are one table, [`Kind`] (kinds.rs).
 //!
 //! e.g. `cmd=reg_dmb@ism1,rc=0x6,next=1`, `move@ism0,every=50`, `irq-delay@ism1,us=20000`.
 //! Rules live in a [`FaultPlan`] (plan.rs), which the fabric asks at each hook; a rule that fires
@@ -17,9 +16,11 @@
 //! `fault_injected` event. Faults are set by the host (the command line, the control
 //! socket), never by a guest.
 
+mod kinds;
 mod plan;
 mod spec;
 
+pub use kinds::Kind;
 pub use plan::{FaultPlan, Fired, IrqFault, RuleView, MAX_RULES};
 pub use spec::{FaultKind, FaultSpec, Peer, Trigger, MAX_DELAY};
 
@@ -28,7 +29,7 @@ pub use spec::{FaultKind, FaultSpec, Peer, Trigger, MAX_DELAY};
 pub enum FaultSpecError {
     #[error("empty fault spec")]
     Empty,
-    #[error("unknown fault {0:?} (cmd=OPCODE, rgid-unknown, dmb-limit, move, move-delay, irq-drop, irq-delay, gid-disabled)")]
+    #[error("unknown fault {0:?} ({kinds})", kinds = Kind::usage_list())]
     UnknownKind(String),
     #[error("unknown command {0:?} (a name such as reg_dmb, or a number)")]
     UnknownCommand(String),
@@ -72,13 +73,6 @@ pub enum FaultSpecError {
 }
 
 /// The keys a fault kind takes, for the error that names a wrong one.
-fn valid_keys(kind: &str) -> &'static str {
-    match kind {
-        "cmd" => "rc, next, every, prob, seed",
-        "dmb-limit" => "max, rc, next, every, prob, seed",
-        "move" => "token, signal, next, every, prob, seed",
-        "move-delay" | "irq-delay" => "us, next, every, prob, seed",
-        "gid-disabled" => "peer",
-        _ => "next, every, prob, seed",
-    }
+fn valid_keys(kind: &str) -> String {
+    Kind::from_name(kind).map_or_else(String::new, Kind::keys)
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{FaultKind, FaultSpec, Trigger};
 use crate::ism::opcodes::Opcode;
@@ -69,13 +69,19 @@ impl Rule {
     }
 }
 
-/// One rule as `fault list` shows it.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+/// One rule as `fault list` shows it, and as the control API carries it (one type for
+/// both). The fields are in alphabetical order, as `fault list --json` has always
+/// printed them (docs/faults.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleView {
-    pub id: u32,
-    pub spec: String,
-    pub seen: u64,
+    /// Times it fired.
     pub fired: u64,
+    pub id: u32,
+    /// Times its hook was reached with a matching occasion.
+    pub seen: u64,
+    /// Its canonical text (`rc` filled in, for example).
+    pub spec: String,
+    /// A `next=N` rule that has fired N times: it fires no more.
     pub spent: bool,
 }
 

@@ -3,14 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::kinds::{self, Kind};
 use super::FaultSpecError;
 use crate::ism::command::{CommandError, ISM_ERROR};
 use crate::ism::opcodes::Opcode;
-
-/// Every key of the grammar (docs/faults.md), whatever kind it belongs to.
-const ALL_KEYS: &[&str] = &[
-    "rc", "max", "token", "signal", "us", "peer", "next", "every", "prob", "seed",
-];
 
 /// A peer named in a spec: a function of the fabric or a bare GID.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,22 +41,26 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    fn name(&self) -> &'static str {
+    /// Its row in the table of kinds.
+    pub fn kind(&self) -> Kind {
         match self {
             FaultKind::Command {
                 opcode: Opcode::QueryRgid,
-                ret: 0x0007,
-            } => "rgid-unknown",
-            FaultKind::Command { .. } => "cmd",
-            FaultKind::DmbLimit { .. } => "dmb-limit",
-            FaultKind::RejectMove { .. } => "move",
-            FaultKind::DelayMove(_) => "move-delay",
-            FaultKind::DropIrq => "irq-drop",
-            FaultKind::DelayIrq(_) => "irq-delay",
-            FaultKind::GidDisabled(_) => "gid-disabled",
+                ret: RGID_UNKNOWN_RET,
+            } => Kind::RgidUnknown,
+            FaultKind::Command { .. } => Kind::Cmd,
+            FaultKind::DmbLimit { .. } => Kind::DmbLimit,
+            FaultKind::RejectMove { .. } => Kind::Move,
+            FaultKind::DelayMove(_) => Kind::MoveDelay,
+            FaultKind::DropIrq => Kind::IrqDrop,
+            FaultKind::DelayIrq(_) => Kind::IrqDelay,
+            FaultKind::GidDisabled(_) => Kind::GidDisabled,
         }
     }
 }
+
+/// The `ret` of `rgid-unknown`: QUERY_RGID's answer for a GID not on the fabric.
+const RGID_UNKNOWN_RET: u16 = 0x0007;
 
 /// Which of the matching occasions a rule fires on.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -190,98 +190,93 @@ impl FaultSpec {
             _ => return Err(FaultSpecError::TwoTriggers),
         };
 
-        let (kind_name, kind) = match what.split_once('=') {
-            Some(("cmd", name)) => {
-                let opcode = parse_opcode(name)?;
+        // `cmd=NAME` is the one kind with an argument.
+        let (name, arg) = match what.split_once('=') {
+            Some((name, arg)) => (name, Some(arg)),
+            None => (what, None),
+        };
+        let unknown = || FaultSpecError::UnknownKind(what.to_string());
+        let table = Kind::from_name(name).ok_or_else(unknown)?;
+        if arg.is_some() != (table == Kind::Cmd) {
+            return Err(unknown());
+        }
+        let kind_name = table.name();
+        let missing = |key| FaultSpecError::Missing {
+            kind: kind_name,
+            key,
+        };
+        let kind = match table {
+            Kind::Cmd => {
+                let opcode = parse_opcode(arg.unwrap_or_default())?;
                 let ret = take(&mut pairs, "rc")
                     .map(|v| parse_ret(&v))
                     .transpose()?
                     .unwrap_or(ISM_ERROR);
-                ("cmd", FaultKind::Command { opcode, ret })
+                FaultKind::Command { opcode, ret }
             }
-            Some(_) => return Err(FaultSpecError::UnknownKind(what.to_string())),
-            None => match what {
-                "rgid-unknown" => (
-                    "rgid-unknown",
-                    FaultKind::Command {
-                        opcode: Opcode::QueryRgid,
-                        ret: CommandError::UnknownGid(0).ret(),
-                    },
-                ),
-                "dmb-limit" => {
-                    let max = take(&mut pairs, "max").ok_or(FaultSpecError::Missing {
-                        kind: "dmb-limit",
-                        key: "max",
-                    })?;
-                    let max = parse_u64("max", &max)? as usize;
-                    let ret = take(&mut pairs, "rc")
-                        .map(|v| parse_ret(&v))
-                        .transpose()?
-                        .unwrap_or(CommandError::NoToken.ret());
-                    ("dmb-limit", FaultKind::DmbLimit { max, ret })
-                }
-                "move" => {
-                    let token = take(&mut pairs, "token")
-                        .map(|t| parse_u64("token", &t))
-                        .transpose()?;
-                    let signal = take(&mut pairs, "signal")
-                        .map(|v| match v.as_str() {
-                            "yes" => Ok(true),
-                            "no" => Ok(false),
-                            _ => Err(FaultSpecError::BadValue {
-                                key: "signal",
-                                value: v.clone(),
-                                why: "yes or no".into(),
-                            }),
-                        })
-                        .transpose()?;
-                    ("move", FaultKind::RejectMove { token, signal })
-                }
-                "move-delay" | "irq-delay" => {
-                    let us = take(&mut pairs, "us").ok_or(FaultSpecError::Missing {
-                        kind: if what == "move-delay" {
-                            "move-delay"
-                        } else {
-                            "irq-delay"
-                        },
-                        key: "us",
-                    })?;
-                    let delay = parse_delay(&us)?;
-                    if what == "move-delay" {
-                        ("move-delay", FaultKind::DelayMove(delay))
-                    } else {
-                        ("irq-delay", FaultKind::DelayIrq(delay))
-                    }
-                }
-                "irq-drop" => ("irq-drop", FaultKind::DropIrq),
-                "gid-disabled" => {
-                    let peer = take(&mut pairs, "peer").ok_or(FaultSpecError::Missing {
-                        kind: "gid-disabled",
-                        key: "peer",
-                    })?;
-                    let peer = if peer.starts_with("0x") || peer.starts_with("0X") {
-                        Peer::Gid(parse_u64("peer", &peer)?)
-                    } else {
-                        Peer::Function(peer)
-                    };
-                    if function.is_none() {
-                        return Err(FaultSpecError::NoReceiver);
-                    }
-                    if trigger != Trigger::Always {
-                        return Err(FaultSpecError::KeyNotForKind {
-                            key: "next/every/prob".into(),
-                            kind: "gid-disabled",
-                        });
-                    }
-                    ("gid-disabled", FaultKind::GidDisabled(peer))
-                }
-                other => return Err(FaultSpecError::UnknownKind(other.to_string())),
+            Kind::RgidUnknown => FaultKind::Command {
+                opcode: Opcode::QueryRgid,
+                ret: CommandError::UnknownGid(0).ret(),
             },
+            Kind::DmbLimit => {
+                let max = take(&mut pairs, "max").ok_or(missing("max"))?;
+                let max = parse_u64("max", &max)? as usize;
+                let ret = take(&mut pairs, "rc")
+                    .map(|v| parse_ret(&v))
+                    .transpose()?
+                    .unwrap_or(CommandError::NoToken.ret());
+                FaultKind::DmbLimit { max, ret }
+            }
+            Kind::Move => {
+                let token = take(&mut pairs, "token")
+                    .map(|t| parse_u64("token", &t))
+                    .transpose()?;
+                let signal = take(&mut pairs, "signal")
+                    .map(|v| match v.as_str() {
+                        "yes" => Ok(true),
+                        "no" => Ok(false),
+                        _ => Err(FaultSpecError::BadValue {
+                            key: "signal",
+                            value: v.clone(),
+                            why: "yes or no".into(),
+                        }),
+                    })
+                    .transpose()?;
+                FaultKind::RejectMove { token, signal }
+            }
+            Kind::MoveDelay | Kind::IrqDelay => {
+                let us = take(&mut pairs, "us").ok_or(missing("us"))?;
+                let delay = parse_delay(&us)?;
+                if table == Kind::MoveDelay {
+                    FaultKind::DelayMove(delay)
+                } else {
+                    FaultKind::DelayIrq(delay)
+                }
+            }
+            Kind::IrqDrop => FaultKind::DropIrq,
+            Kind::GidDisabled => {
+                let peer = take(&mut pairs, "peer").ok_or(missing("peer"))?;
+                let peer = if peer.starts_with("0x") || peer.starts_with("0X") {
+                    Peer::Gid(parse_u64("peer", &peer)?)
+                } else {
+                    Peer::Function(peer)
+                };
+                if function.is_none() {
+                    return Err(FaultSpecError::NoReceiver);
+                }
+                if trigger != Trigger::Always {
+                    return Err(FaultSpecError::KeyNotForKind {
+                        key: "next/every/prob".into(),
+                        kind: kind_name,
+                    });
+                }
+                FaultKind::GidDisabled(peer)
+            }
         };
         if let Some((key, _)) = pairs.into_iter().next() {
             // A typo (`nxt`) is told apart from a real key in the wrong place (`us` on
             // irq-drop): the fix differs.
-            let known = ALL_KEYS.contains(&key.as_str());
+            let known = kinds::is_key(&key);
             return Err(if known {
                 FaultSpecError::KeyNotForKind {
                     key,
@@ -326,22 +321,18 @@ fn positive(key: &'static str, value: &str) -> Result<u64, FaultSpecError> {
 /// back to the same spec.
 impl fmt::Display for FaultSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = self.kind.kind();
         match &self.kind {
-            FaultKind::Command {
-                opcode: Opcode::QueryRgid,
-                ret: 0x0007,
-            } => write!(f, "rgid-unknown")?,
-            FaultKind::Command { opcode, .. } => write!(f, "cmd={}", opcode.name())?,
-            kind => write!(f, "{}", kind.name())?,
+            FaultKind::Command { opcode, .. } if kind == Kind::Cmd => {
+                write!(f, "{}={}", kind.name(), opcode.name())?
+            }
+            _ => write!(f, "{}", kind.name())?,
         }
         if let Some(function) = &self.function {
             write!(f, "@{function}")?;
         }
         match &self.kind {
-            FaultKind::Command {
-                opcode: Opcode::QueryRgid,
-                ret: 0x0007,
-            } => {}
+            FaultKind::Command { .. } if kind == Kind::RgidUnknown => {}
             FaultKind::Command { ret, .. } => write!(f, ",rc={ret:#06x}")?,
             FaultKind::DmbLimit { max, ret } => write!(f, ",max={max},rc={ret:#06x}")?,
             FaultKind::RejectMove { token, signal } => {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use vm_memory::bitmap::BS;
 use vm_memory::volatile_memory::VolatileSlice;
 
-use super::dma::{Backing, DmaError, Result};
+use super::backing::{Backing, DmaError, Result};
 
 /// A snapshot of `[iova, iova + len)`: the pieces of guest memory it mapped to when it
 /// was taken, kept alive by their backings. Reading it needs no lock; if the guest

@@ -1,4 +1,5 @@
-//! ISM commands: decoding requests from the command area and encoding responses.
+//! ISM commands: the decoded [`Command`], its errors and their `ret` codes, the request
+//! structs' checks, and encoding responses (decoding by opcode is `super::opcodes`).
 //!
 //! The driver writes the request's fields at BAR 2 offset 8, then the 8-byte request
 //! header at offset 0 (that store executes the command), then reads the response header
@@ -9,7 +10,6 @@ use std::mem::size_of;
 use serde::{Deserialize, Serialize};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-pub use super::opcodes::Opcode;
 use super::wire::{self, ReqHeader, RespHeader, MAX_VLAN_IDS};
 use super::{MAX_DMB_LEN, NR_DMBS, SBA_FIRST_DMB_BIT};
 
@@ -135,23 +135,6 @@ pub(super) fn read<T: FromBytes + KnownLayout + Immutable>(area: &[u8]) -> Resul
 /// The opcode of the request in `area` (also echoed in error responses).
 pub fn opcode_of(area: &[u8]) -> u32 {
     ReqHeader::read_from_prefix(area).map_or(0, |(hdr, _)| hdr.cmd.get())
-}
-
-/// Decodes the request in the command area. `area` is the whole 4 KiB buffer.
-pub fn decode(area: &[u8]) -> Result<Command, CommandError> {
-    let hdr = read::<ReqHeader>(area)?;
-    let opcode = hdr.cmd.get();
-    let op = Opcode::from_code(opcode).ok_or(CommandError::UnknownOpcode(opcode))?;
-    let len = usize::from(hdr.len.get());
-    let expected = op.request_len();
-    if len != expected {
-        return Err(CommandError::BadLength {
-            opcode,
-            len,
-            expected,
-        });
-    }
-    op.decode(area)
 }
 
 /// A request struct's fields as a [`Command`], after the checks that need no state. The
@@ -308,84 +291,22 @@ pub fn encode(area: &mut [u8], opcode: u32, result: &Result<Response, CommandErr
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn request(opcode: u32, payload: &[u8]) -> Vec<u8> {
-        let mut area = vec![0u8; 4096];
-        area[0..4].copy_from_slice(&opcode.to_be_bytes());
-        area[6..8].copy_from_slice(&((HEADER_LEN + payload.len()) as u16).to_be_bytes());
-        area[8..8 + payload.len()].copy_from_slice(payload);
-        area
-    }
-
-    #[test]
-    fn reg_dmb_fields_decode_big_endian() {
-        let mut p = Vec::new();
-        p.extend_from_slice(&0x1_0000_2000u64.to_be_bytes());
-        p.extend_from_slice(&32768u32.to_be_bytes());
-        p.extend_from_slice(&33u32.to_be_bytes());
-        p.extend_from_slice(&1u32.to_be_bytes());
-        p.extend_from_slice(&0x1fffu32.to_be_bytes());
-        p.extend_from_slice(&0xabcdu64.to_be_bytes());
-        let cmd = decode(&request(Opcode::RegDmb.code(), &p)).unwrap();
-        assert_eq!(
-            cmd,
-            Command::RegDmb(DmbRequest {
-                iova: 0x1_0000_2000,
-                len: 32768,
-                sba_idx: 33,
-                vlan_valid: 1,
-                vlan_id: 0x1fff,
-                rgid: 0xabcd
-            })
-        );
-    }
-
-    #[test]
-    fn wrong_length_is_rejected() {
-        let err = decode(&request(Opcode::RegSba.code(), &[0; 16])).unwrap_err();
-        assert_eq!(
-            err,
-            CommandError::BadLength {
-                opcode: 1,
-                len: 24,
-                expected: 16
-            }
-        );
-    }
-
-    #[test]
-    fn retired_opcodes_are_unknown() {
-        for op in [0x0c, 0x0d, 0x0f, 0x10, 0, 0xffff_ffff] {
-            assert_eq!(
-                decode(&request(op, &[])).unwrap_err(),
-                CommandError::UnknownOpcode(op)
-            );
-        }
-    }
-
-    #[test]
-    fn sba_index_below_32_is_rejected() {
-        let mut p = vec![0u8; 32];
-        p[8..12].copy_from_slice(&4096u32.to_be_bytes());
-        p[12..16].copy_from_slice(&31u32.to_be_bytes());
-        assert!(matches!(
-            decode(&request(Opcode::RegDmb.code(), &p)),
-            Err(CommandError::BadArgument(_))
-        ));
-    }
+    use crate::ism::wire::{
+        QueryInfoRequest, ReadGidRequest, RegSbaRequest, Request, UnregDmbRequest,
+    };
 
     #[test]
     fn response_lengths_match_the_driver() {
         let mut area = vec![0u8; 4096];
-        encode(&mut area, Opcode::ReadGid.code(), &Ok(Response::Gid(7)));
+        encode(&mut area, ReadGidRequest::OPCODE, &Ok(Response::Gid(7)));
         assert_eq!(u16::from_be_bytes([area[6], area[7]]), 16);
         encode(
             &mut area,
-            Opcode::QueryInfo.code(),
+            QueryInfoRequest::OPCODE,
             &Ok(Response::QueryInfo(QueryInfo::default())),
         );
         assert_eq!(u16::from_be_bytes([area[6], area[7]]), 200);
-        encode(&mut area, Opcode::RegSba.code(), &Ok(Response::Empty));
+        encode(&mut area, RegSbaRequest::OPCODE, &Ok(Response::Empty));
         assert_eq!(u16::from_be_bytes([area[6], area[7]]), 8);
     }
 
@@ -394,7 +315,7 @@ mod tests {
         let mut area = vec![0u8; 4096];
         encode(
             &mut area,
-            Opcode::UnregDmb.code(),
+            UnregDmbRequest::OPCODE,
             &Err(CommandError::UnknownToken(5)),
         );
         assert_eq!(u16::from_be_bytes([area[4], area[5]]), ISM_ERROR);

@@ -1,5 +1,6 @@
 //! The ISM function model: command area, data-move window, status block and event queue.
 
+pub mod cdc;
 pub mod command;
 pub mod opcodes;
 pub mod status;

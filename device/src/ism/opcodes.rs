@@ -1,17 +1,20 @@
 //! The one table of ISM commands: each opcode's value, its name, its request struct and
-//! its response struct. Decoding, the request lengths the device checks, the names in
+//! its response struct, and decoding the command area by it. Decoding, the request lengths the device checks, the names in
 //! logs and the fault grammar's `cmd=NAME` all come from here; adding a command is a row
 //! here plus its struct in [`super::wire`], its `Command` variant and its handler.
 
 use std::mem::size_of;
 
-use super::command::{Command, CommandError, ToCommand};
+use super::command::{read, Command, CommandError, ToCommand};
 use super::wire::{
-    AddVlanIdRequest, DelVlanIdRequest, QueryInfoRequest, QueryInfoResponse, QueryRgidRequest,
-    ReadGidRequest, ReadGidResponse, RegDmbRequest, RegDmbResponse, RegIeqRequest, RegSbaRequest,
-    Request, ResetVlanRequest, RespHeader, SetVlanRequest, SignalIeqRequest, UnregDmbRequest,
-    UnregIeqRequest, UnregSbaRequest,
+    AddVlanIdRequest, DelVlanIdRequest, QueryInfoRequest, QueryRgidRequest, ReadGidRequest,
+    RegDmbRequest, RegIeqRequest, RegSbaRequest, ReqHeader, Request, ResetVlanRequest,
+    SetVlanRequest, SignalIeqRequest, UnregDmbRequest, UnregIeqRequest, UnregSbaRequest,
 };
+// The response column is read by the tests and the fuzz targets only
+// (`Opcode::response_len`).
+#[cfg(any(test, feature = "testkit"))]
+use super::wire::{QueryInfoResponse, ReadGidResponse, RegDmbResponse, RespHeader};
 
 /// Builds [`Opcode`] and everything derived from the table. A row is
 /// `Variant = value, "name", RequestStruct, ResponseStruct;` where `Variant` is also the
@@ -52,6 +55,10 @@ macro_rules! opcodes {
             }
 
             /// The length of a successful response (a failure answers with a header only).
+            /// Only the tests and the fuzz targets ask: they pin the response structs to
+            /// the driver's sizes and check the device's answers (responses are encoded
+            /// from their structs, `RespHeader::of`).
+            #[cfg(any(test, feature = "testkit"))]
             pub const fn response_len(self) -> usize {
                 match self {
                     $(Opcode::$variant => size_of::<$resp>(),)*
@@ -59,9 +66,9 @@ macro_rules! opcodes {
             }
 
             /// Decodes the command area as this opcode's request (its length checked).
-            pub(super) fn decode(self, area: &[u8]) -> Result<Command, CommandError> {
+            fn decode(self, area: &[u8]) -> Result<Command, CommandError> {
                 match self {
-                    $(Opcode::$variant => super::command::read::<$req>(area)?.to_command(),)*
+                    $(Opcode::$variant => read::<$req>(area)?.to_command(),)*
                 }
             }
         }
@@ -113,9 +120,27 @@ impl Opcode {
     }
 }
 
+/// Decodes the request in the command area. `area` is the whole 4 KiB buffer.
+pub fn decode(area: &[u8]) -> Result<Command, CommandError> {
+    let hdr = read::<ReqHeader>(area)?;
+    let opcode = hdr.cmd.get();
+    let op = Opcode::from_code(opcode).ok_or(CommandError::UnknownOpcode(opcode))?;
+    let len = usize::from(hdr.len.get());
+    let expected = op.request_len();
+    if len != expected {
+        return Err(CommandError::BadLength {
+            opcode,
+            len,
+            expected,
+        });
+    }
+    op.decode(area)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ism::command::{DmbRequest, HEADER_LEN};
 
     /// The driver's values and sizes, copied by hand from Linux 6.12's
     /// drivers/s390/net/ism.h (`#define ISM_REG_SBA 0x1` ... and the request/response
@@ -160,5 +185,70 @@ mod tests {
         }
         assert_eq!(Opcode::from_name("frobnicate"), None);
         assert_eq!(Opcode::from_name("REG_DMB"), Some(Opcode::RegDmb));
+    }
+
+    fn request(opcode: u32, payload: &[u8]) -> Vec<u8> {
+        let mut area = vec![0u8; 4096];
+        area[0..4].copy_from_slice(&opcode.to_be_bytes());
+        area[6..8].copy_from_slice(&((HEADER_LEN + payload.len()) as u16).to_be_bytes());
+        area[8..8 + payload.len()].copy_from_slice(payload);
+        area
+    }
+
+    #[test]
+    fn reg_dmb_fields_decode_big_endian() {
+        let mut p = Vec::new();
+        p.extend_from_slice(&0x1_0000_2000u64.to_be_bytes());
+        p.extend_from_slice(&32768u32.to_be_bytes());
+        p.extend_from_slice(&33u32.to_be_bytes());
+        p.extend_from_slice(&1u32.to_be_bytes());
+        p.extend_from_slice(&0x1fffu32.to_be_bytes());
+        p.extend_from_slice(&0xabcdu64.to_be_bytes());
+        let cmd = decode(&request(Opcode::RegDmb.code(), &p)).unwrap();
+        assert_eq!(
+            cmd,
+            Command::RegDmb(DmbRequest {
+                iova: 0x1_0000_2000,
+                len: 32768,
+                sba_idx: 33,
+                vlan_valid: 1,
+                vlan_id: 0x1fff,
+                rgid: 0xabcd
+            })
+        );
+    }
+
+    #[test]
+    fn wrong_length_is_rejected() {
+        let err = decode(&request(Opcode::RegSba.code(), &[0; 16])).unwrap_err();
+        assert_eq!(
+            err,
+            CommandError::BadLength {
+                opcode: 1,
+                len: 24,
+                expected: 16
+            }
+        );
+    }
+
+    #[test]
+    fn retired_opcodes_are_unknown() {
+        for op in [0x0c, 0x0d, 0x0f, 0x10, 0, 0xffff_ffff] {
+            assert_eq!(
+                decode(&request(op, &[])).unwrap_err(),
+                CommandError::UnknownOpcode(op)
+            );
+        }
+    }
+
+    #[test]
+    fn sba_index_below_32_is_rejected() {
+        let mut p = vec![0u8; 32];
+        p[8..12].copy_from_slice(&4096u32.to_be_bytes());
+        p[12..16].copy_from_slice(&31u32.to_be_bytes());
+        assert!(matches!(
+            decode(&request(Opcode::RegDmb.code(), &p)),
+            Err(CommandError::BadArgument(_))
+        ));
     }
 }

@@ -37,49 +37,18 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+mod zero_watch;
+
+use super::cursor::{
+    cdc_count, closing_flags, data_area, data_end, is_cdc, may_open_connection, Cursor,
+};
 use super::summary::{ConnRecord, ConnState, DmbSummary, RECENT_CONNS};
-use super::{ObservedEvent, ReuseCheck, Unread, What, ZeroScan, ZeroWatch, ZERO_WATCH_LIMIT};
+use super::{ObservedEvent, What};
 use crate::dmb::{now_us, Dmb};
-use crate::ism::MoveAddress;
+use crate::fabric::{ReuseCheck, Unread};
+use crate::ism::{cdc, MoveAddress};
 use crate::util::histogram::DelayHistogram;
 use crate::util::ratelimit::guest_log;
-
-/// CDC message layout (net/smc/smc_cdc.h, struct smcd_cdc_msg).
-pub mod cdc {
-    pub const LEN: usize = 32;
-    pub const TYPE: u8 = 0xfe;
-    pub const CONN_STATE: usize = 23;
-    pub const PEER_DONE_WRITING: u8 = 0x80;
-    pub const PEER_CONN_CLOSED: u8 = 0x40;
-    pub const PEER_CONN_ABORT: u8 = 0x20;
-    /// The producer cursor (`smcd_cdc_msg.prod`): wrap (u16) and count (u32), big endian.
-    pub const PROD_WRAP: usize = 8;
-    pub const PROD_COUNT: usize = 10;
-}
-
-/// The size of a DMB's data area (after the CDC message); None for a DMB with none.
-fn data_area(dmb_len: u32) -> Option<u64> {
-    u64::from(dmb_len)
-        .checked_sub(cdc::LEN as u64)
-        .filter(|&a| a > 0)
-}
-
-/// Where a CDC message's producer cursor says the sender's data ends: its count, an
-/// offset into the data area (the wrap only counts passes over it).
-fn cdc_count(data: &[u8]) -> u64 {
-    let count: [u8; 4] = data[cdc::PROD_COUNT..cdc::PROD_COUNT + 4]
-        .try_into()
-        .unwrap_or_default();
-    u64::from(u32::from_be_bytes(count))
-}
-
-/// Where a data move at `addr` ends in the data area of a DMB of `dmb_len` bytes, if it
-/// lies in it.
-fn data_end(addr: &MoveAddress, len: usize, dmb_len: u32) -> Option<u64> {
-    let area = data_area(dmb_len)?;
-    let start = u64::from(addr.offset).checked_sub(cdc::LEN as u64)?;
-    Some((start + len as u64) % area)
-}
 
 #[derive(Clone, Debug)]
 pub struct DmbLife {
@@ -97,50 +66,6 @@ pub struct DmbLife {
     pending: Option<Pending>,
     /// The open connection's producer cursor, as far as the host can follow it.
     cursor: Cursor,
-}
-
-/// Where a connection's next CDC message may put its producer cursor: where its last
-/// CDC message put it, or where one of the data moves since then ended. After a failed
-/// write the sender does not announce what landed of it, and writes it again from the
-/// cursor it had; without a failure the last move's end is the one.
-#[derive(Clone, Debug, Default)]
-struct Cursor {
-    announced: u64,
-    ends: Vec<u64>,
-    /// More data moves since the last CDC than `ends` keeps: the next CDC is not judged.
-    overflow: bool,
-}
-
-/// How many data-move ends a [`Cursor`] keeps (a 1 MiB DMB written twice over in 4 KiB
-/// moves), so that a peer that never sends a CDC cannot grow it.
-const CURSOR_ENDS: usize = 512;
-
-impl Cursor {
-    fn data_moved(&mut self, end: u64) {
-        if self.ends.len() < CURSOR_ENDS {
-            self.ends.push(end);
-        } else {
-            self.overflow = true;
-        }
-    }
-
-    /// Whether a CDC message with producer count `seen` can be this connection's;
-    /// if so it is the new announced position.
-    fn announce(&mut self, seen: u64) -> bool {
-        let ours = self.overflow || seen == self.announced || self.ends.contains(&seen);
-        if ours {
-            // Cleared, not replaced: the moves' path allocates nothing per message.
-            self.announced = seen;
-            self.ends.clear();
-            self.overflow = false;
-        }
-        ours
-    }
-
-    /// Where the connection's data ends as far as the host saw it.
-    fn expected(&self) -> u64 {
-        self.ends.last().copied().unwrap_or(self.announced)
-    }
 }
 
 /// Data moves into a closed DMB before the peer's next CDC (see the module's text).
@@ -175,20 +100,6 @@ fn since(then: Option<u64>) -> Duration {
     then.map_or(Duration::ZERO, |t| {
         Duration::from_micros(now_us().saturating_sub(t))
     })
-}
-
-fn is_cdc(addr: &MoveAddress, data: &[u8]) -> bool {
-    addr.offset == 0 && addr.signal && data.len() >= cdc::LEN && data[0] == cdc::TYPE
-}
-
-fn closing_flags(data: &[u8]) -> u8 {
-    data[cdc::CONN_STATE] & (cdc::PEER_CONN_CLOSED | cdc::PEER_CONN_ABORT)
-}
-
-/// Whether a move into a closed DMB may start a new connection: anything but a CDC that
-/// still carries the close flags (the closing side repeats them).
-fn may_open_connection(addr: &MoveAddress, data: &[u8]) -> bool {
-    !(is_cdc(addr, data) && closing_flags(data) != 0)
 }
 
 impl Tracker {
@@ -490,92 +401,6 @@ impl Tracker {
         })]
     }
 
-    fn watched(life: &DmbLife) -> bool {
-        life.summary.registered && life.summary.state == ConnState::Closed && !life.watch_done
-    }
-
-    /// The DMBs whose connection closed and whose zeroing has not been seen yet, the
-    /// longest-unlooked-at first (so a budget that stops early starves nobody).
-    pub fn zero_watch(&self) -> Vec<ZeroWatch> {
-        let mut watch: Vec<(u64, ZeroWatch)> = self
-            .dmbs
-            .values()
-            .filter(|l| Self::watched(l))
-            .map(|l| {
-                let w = ZeroWatch {
-                    token: l.summary.token,
-                    scan_from: l.scan_from,
-                    dirty_at: l.dirty_at,
-                };
-                (l.looked_at, w)
-            })
-            .collect();
-        watch.sort_by_key(|(looked_at, _)| *looked_at);
-        watch.into_iter().map(|(_, w)| w).collect()
-    }
-
-    /// Records what the watcher found. Returns the events and how many DMBs are still
-    /// watched. A DMB still not zero `ZERO_WATCH_LIMIT` after its close is given up on,
-    /// looked at this tick or not.
-    pub fn zero_scanned(&mut self, results: &[(u64, ZeroScan)]) -> (Vec<ObservedEvent>, usize) {
-        self.tick += 1;
-        let mut events = Vec::new();
-        for &(token, scan) in results {
-            let Some(life) = self.dmbs.get_mut(&token) else {
-                continue;
-            };
-            if !Self::watched(life) {
-                continue;
-            }
-            life.looked_at = self.tick;
-            match scan {
-                ZeroScan::Zero => {
-                    let waited = since(life.closed_us);
-                    let delay_ms = waited.as_secs_f64() * 1e3;
-                    if let Some(record) = life.current() {
-                        record.zeroed_after_ms = Some(delay_ms);
-                    }
-                    life.watch_done = true;
-                    let s = &mut life.summary;
-                    s.zeroed_after_close += 1;
-                    s.zero_delays_ms.record(delay_ms);
-                    events.push(s.event(What::DmbZeroed {
-                        conn: s.connections,
-                        delay_ms,
-                    }));
-                }
-                ZeroScan::Dirty(at) => {
-                    life.scan_from = at;
-                    life.dirty_at = Some(at);
-                }
-                ZeroScan::ZeroUpTo(at) => {
-                    life.scan_from = at;
-                    life.dirty_at = None;
-                }
-                ZeroScan::Unreadable => {}
-            }
-        }
-        let mut pending = 0;
-        for life in self.dmbs.values_mut().filter(|l| Self::watched(l)) {
-            let waited = since(life.closed_us);
-            if waited < ZERO_WATCH_LIMIT {
-                pending += 1;
-                continue;
-            }
-            life.watch_done = true;
-            if let Some(record) = life.current() {
-                record.not_zeroed = true;
-            }
-            let s = &mut life.summary;
-            s.not_zeroed += 1;
-            events.push(s.event(What::DmbNotZeroed {
-                conn: s.connections,
-                watched_ms: waited.as_secs_f64() * 1e3,
-            }));
-        }
-        (events, pending)
-    }
-
     pub fn summaries(&self) -> Vec<DmbSummary> {
         self.dmbs.values().map(|l| l.summary.clone()).collect()
     }
@@ -593,6 +418,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::ZeroScan;
 
     fn cdc_msg(conn_state: u8) -> Vec<u8> {
         cdc_at(conn_state, 0)
@@ -601,14 +427,11 @@ mod tests {
     /// A CDC message whose producer cursor says `prod` bytes were sent (into a 64 KiB
     /// DMB, whose data area is 65,504 bytes).
     fn cdc_at(conn_state: u8, prod: u64) -> Vec<u8> {
-        let mut m = vec![0u8; 32];
-        m[0] = cdc::TYPE;
-        let wrap = u16::try_from(prod / 65504).unwrap();
-        let count = u32::try_from(prod % 65504).unwrap();
-        m[cdc::PROD_WRAP..cdc::PROD_WRAP + 2].copy_from_slice(&wrap.to_be_bytes());
-        m[cdc::PROD_COUNT..cdc::PROD_COUNT + 4].copy_from_slice(&count.to_be_bytes());
-        m[cdc::CONN_STATE] = conn_state;
-        m
+        let prod = cdc::Cursor {
+            wrap: u16::try_from(prod / 65504).unwrap(),
+            count: u32::try_from(prod % 65504).unwrap(),
+        };
+        cdc::message(prod, cdc::Cursor::default(), 0, conn_state).to_vec()
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::json::{gid, hex, hex_opt};
+use crate::util::json::{gid, hex, hex_opt};
 
 /// One line of the event stream: which function (and DMB) it is about, and what happened.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -1,6 +1,7 @@
 //! The host's view of what the guests do with their DMBs.
 //!
-//! The fabric reports to it through [`EventSink`] (under the fabric's lock) when functions
+//! It sits above the fabric, which reports to it through the fabric's own
+//! [`EventSink`](crate::fabric::EventSink) (under the fabric's lock) when functions
 //! and DMBs come and go and after every data move; the hooks are short (no guest memory
 //! is read under the lock, events go to a writer thread). From the SMC-D CDC messages that
 //! a peer writes at DMB offset 0 the observer
@@ -12,14 +13,13 @@
 //! followers on the control socket.
 //!
 //! Here: the [`Observer`] and its event writer thread. Beside it: `event` (the stream's
-//! schema), `sink` (the fabric's hooks), `dmb_life` (the tracker), `summary` (what it
-//! tells of a DMB), `reads` (what the fabric reads of guest memory for it), `report`
-//! (the snapshot and its tables), `json` (hex identifiers in JSON).
+//! schema), `sink` (its answers to the fabric's hooks), `cursor` (reading CDC messages),
+//! `dmb_life` (the tracker, with its zeroing watch), `summary` (what it tells of a DMB),
+//! `report` (the snapshot and its tables).
 
+mod cursor;
 pub mod dmb_life;
 mod event;
-pub mod json;
-mod reads;
 pub mod report;
 mod sink;
 pub mod summary;
@@ -34,10 +34,9 @@ use std::time::Duration;
 
 use crate::dmb::now_us;
 use crate::util::line_writer::{LineWriter, Sink};
+use crate::util::ratelimit::RateLimit;
 pub use dmb_life::DmbLife;
 pub use event::{to_json_line, Line, ObservedEvent, What};
-pub use reads::{ReuseCheck, Unread, ZeroScan, ZeroWatch};
-pub use sink::EventSink;
 pub use summary::DmbSummary;
 
 /// The event stream's capacity between the fabric and the writer thread.
@@ -61,12 +60,11 @@ struct Output {
     time_us: u64,
 }
 
-/// One function's share of the stream in the current second.
+/// One function's share of the stream: its GID (for the `events_dropped` line) and its
+/// limit per second of event time.
 struct Window {
     gid: u64,
-    start_us: u64,
-    sent: u64,
-    dropped: u64,
+    limit: RateLimit,
 }
 
 /// A live follower's feed (`follow` on the control socket): lines it does not take in
@@ -134,29 +132,21 @@ struct Writer {
 
 impl Writer {
     fn line(&mut self, function: String, gid: u64, line: String, time_us: u64) {
-        let window = self.windows.entry(function.clone()).or_insert(Window {
-            gid,
-            start_us: time_us,
-            sent: 0,
-            dropped: 0,
-        });
-        if time_us.saturating_sub(window.start_us) >= 1_000_000 {
-            let dropped = std::mem::take(&mut window.dropped);
-            window.start_us = time_us;
-            window.sent = 0;
-            if dropped > 0 {
-                self.dropped_line(&function, gid, dropped);
-            }
+        let window = self
+            .windows
+            .entry(function.clone())
+            .or_insert_with(|| Window {
+                gid,
+                limit: RateLimit::new(EVENTS_PER_FUNCTION_PER_SECOND, Duration::from_secs(1)),
+            });
+        let mut dropped = 0;
+        let passes = window.limit.allow(time_us, |n| dropped = n);
+        if dropped > 0 {
+            self.dropped_line(&function, gid, dropped);
         }
-        let Some(window) = self.windows.get_mut(&function) else {
-            return;
-        };
-        if window.sent >= EVENTS_PER_FUNCTION_PER_SECOND {
-            window.dropped += 1;
-            return;
+        if passes {
+            self.write(time_us, line);
         }
-        window.sent += 1;
-        self.write(time_us, line);
     }
 
     /// Writes the `events_dropped` lines owed so far.
@@ -164,8 +154,8 @@ impl Writer {
         let owed: Vec<(String, u64, u64)> = self
             .windows
             .iter_mut()
-            .filter(|(_, w)| w.dropped > 0)
-            .map(|(f, w)| (f.clone(), w.gid, std::mem::take(&mut w.dropped)))
+            .map(|(f, w)| (f.clone(), w.gid, w.limit.take_refused()))
+            .filter(|&(_, _, count)| count > 0)
             .collect();
         for (function, gid, count) in owed {
             self.dropped_line(&function, gid, count);
@@ -346,8 +336,6 @@ impl Observer {
 /// How often the zeroing watcher looks at DMBs whose connection closed (while any is
 /// watched; it sleeps otherwise).
 pub const ZERO_POLL_INTERVAL: Duration = Duration::from_millis(5);
-/// Bytes of one function's DMBs the watcher reads per tick; the rest waits for the next.
-pub const ZERO_SCAN_BUDGET: u64 = 1 << 20;
 /// How long after a close the watcher keeps looking before it reports `dmb_not_zeroed`
 /// (bounds the work a guest that never zeroes can cause).
 pub const ZERO_WATCH_LIMIT: Duration = Duration::from_secs(10);

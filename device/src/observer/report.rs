@@ -2,57 +2,16 @@
 //! prints from it. The snapshot types serialize and deserialize, so the CLI reads what
 //! the emulator wrote with the same types.
 //!
-//! GIDs, tokens and addresses are hex strings in JSON (see `json`).
+//! GIDs, tokens and addresses are hex strings in JSON (see `util::json`).
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::json::{chid, gid, hex_opt};
 use super::summary::{ConnState, DmbSummary};
-use crate::util::histogram::{ServiceTimes, DELAY_BOUNDS_MS};
-
-/// Per-function counters, kept by the fabric.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counters {
-    /// Clients (QEMUs) that attached over the run: `attached` is only the state now.
-    #[serde(default)]
-    pub attaches: u64,
-    pub commands: u64,
-    pub command_errors: u64,
-    pub moves_out: u64,
-    pub bytes_out: u64,
-    pub moves_rejected: u64,
-    /// Rejected moves without the signal flag: answered as done (QEMU may have posted
-    /// them), the failure held against the sender's signalling moves into the same DMB.
-    #[serde(default)]
-    pub moves_held: u64,
-    pub moves_in: u64,
-    pub bytes_in: u64,
-    pub signals_in: u64,
-    pub events_in: u64,
-    pub interrupts: u64,
-    /// How long the device took to serve each of this function's moves (out).
-    #[serde(default)]
-    pub move_service: ServiceTimes,
-}
-
-/// One function in the snapshot.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FunctionView {
-    pub name: String,
-    #[serde(with = "gid")]
-    pub gid: u64,
-    pub attached: bool,
-    #[serde(with = "hex_opt")]
-    pub sba: Option<u64>,
-    #[serde(with = "hex_opt")]
-    pub ieq: Option<u64>,
-    pub interrupt_enabled: bool,
-    pub mapped_bytes: u64,
-    pub dmbs_owned: usize,
-    pub counters: Counters,
-}
+pub use crate::fabric::{Counters, FunctionView};
+use crate::util::histogram::DELAY_BOUNDS_MS;
+use crate::util::json::chid;
 
 /// The whole fabric as `ism-emu observe json` prints it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,32 +1,11 @@
-//! The fabric's side of the observer: the [`EventSink`] hooks it calls under its lock,
-//! and the [`Observer`]'s answers to them.
+//! The [`Observer`]'s answers to the fabric's [`EventSink`] hooks, which the fabric calls
+//! under its lock.
 
-use super::{ObservedEvent, Observer, ReuseCheck, What, ZeroScan, ZeroWatch};
+use super::{ObservedEvent, Observer, What};
 use crate::dmb::Dmb;
+use crate::fabric::{EventSink, ReuseCheck, ZeroScan, ZeroWatch};
 use crate::fault::Fired;
 use crate::ism::MoveAddress;
-
-/// What the fabric reports, under its lock, as functions and DMBs come and go and data
-/// moves. [`Observer`] implements it; the fabric knows only this trait.
-pub trait EventSink: Send + Sync {
-    fn function_attached(&self, function: &str, gid: u64);
-    fn function_detached(&self, function: &str, gid: u64, reason: &str);
-    fn dmb_registered(&self, dmb: &Dmb, function: &str);
-    fn dmb_gone(&self, dmb: &Dmb, reason: &str, function: &str);
-    /// Whether this move would start a new connection on a closed DMB. If so, the fabric
-    /// reads the DMB before applying the move (outside its lock) and passes the result
-    /// to `moved`.
-    fn wants_reuse_check(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> bool;
-    /// A move has been applied (rejected moves are not reported). `reuse` is the DMB's
-    /// content before it, when `wants_reuse_check` asked for it.
-    fn moved(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8], reuse: Option<ReuseCheck>);
-    /// The closed DMBs to look at for zeroing, the longest-unlooked-at first.
-    fn zero_watch(&self) -> Vec<ZeroWatch>;
-    /// What the watcher found; returns how many DMBs are still watched.
-    fn zero_scanned(&self, results: &[(u64, ZeroScan)]) -> usize;
-    /// An injected fault fired at `function` (about DMB `token`, if one).
-    fn fault_injected(&self, function: &str, gid: u64, token: Option<u64>, fired: &Fired);
-}
 
 impl EventSink for Observer {
     fn function_attached(&self, function: &str, gid: u64) {

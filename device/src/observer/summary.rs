@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::json::{gid, hex};
 use super::{ObservedEvent, What};
 use crate::util::histogram::DelayHistogram;
+use crate::util::json::{gid, hex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

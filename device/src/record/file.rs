@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dmb::now_us;
 use crate::fabric::{Record, Recorder};
-use crate::observer::json::{chid, hex};
+use crate::util::json::{chid, hex};
 use crate::util::line_writer::{LineWriter, Sink};
 
 /// The format's version: a replay refuses other versions. 2: `store` is a waited store
@@ -238,8 +238,8 @@ pub fn read(path: &Path) -> Result<(Header, Vec<(u64, Record)>), TraceError> {
 mod tests {
     use super::*;
     use crate::fabric::{MoveResult, MoveVia};
+    use crate::fabric::{ReuseCheck, Unread, ZeroScan};
     use crate::ism::command::Command;
-    use crate::observer::{ReuseCheck, ZeroScan};
     use crate::util::hex::to_hex;
 
     #[test]
@@ -274,7 +274,7 @@ mod tests {
             },
             Record::Reuse {
                 f: 0,
-                check: ReuseCheck::Unknown(crate::observer::Unread::OverBudget),
+                check: ReuseCheck::Unknown(Unread::OverBudget),
             },
             Record::HeldLifted {
                 f: 0,
@@ -322,7 +322,7 @@ mod tests {
             odd,
             Record::Reuse {
                 f: 0,
-                check: ReuseCheck::Unknown(crate::observer::Unread::Other)
+                check: ReuseCheck::Unknown(Unread::Other)
             }
         );
     }

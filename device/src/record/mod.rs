@@ -31,5 +31,5 @@
 pub mod file;
 pub mod replay;
 
-pub use crate::fabric::{MoveResult, MoveVia, Record, Recorder, CDC_AREA};
+pub use crate::fabric::{MoveResult, MoveVia, Record, Recorder};
 pub use file::{read, FunctionHeader, Header, TraceError, Tracer, VERSION};

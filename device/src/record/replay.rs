@@ -26,12 +26,13 @@ use nix::sys::memfd::{memfd_create, MFdFlags};
 use super::file::{self, TraceError};
 use crate::dmb::{FunctionId, OpTime};
 use crate::fabric::{
-    Fabric, FabricState, GuestReads, MoveResult, MoveVia, Record, ReuseRead, Slot, Stored,
+    EventSink, Fabric, FabricState, GuestReads, MoveResult, MoveVia, Record, ReuseCheck, ReuseRead,
+    Stored, Unread, ZeroScan, ZeroWatch,
 };
 use crate::fault::FaultSpec;
 use crate::ism::command::CommandError;
-use crate::ism::MAX_MOVE_LEN;
-use crate::observer::{EventSink, Observer, ReuseCheck, Unread, ZeroScan, ZeroWatch};
+use crate::ism::{cdc, MAX_MOVE_LEN};
+use crate::observer::Observer;
 use crate::util::hex::from_hex;
 
 /// Why a replay could not run.
@@ -132,7 +133,7 @@ impl GuestReads for Recorded {
     }
 
     /// Not kept: whether the failure is lifted is the trace's `held_lifted`.
-    fn cdc_slot(&self, _st: &FabricState, _token: u64) -> Option<Slot> {
+    fn cdc_slot(&self, _st: &FabricState, _token: u64) -> Option<cdc::Area> {
         None
     }
 
@@ -141,7 +142,7 @@ impl GuestReads for Recorded {
         _st: &FabricState,
         sender: FunctionId,
         token: u64,
-        _then: Option<&Slot>,
+        _then: Option<&cdc::Area>,
     ) -> bool {
         let mut next = self.next();
         let at = next.lifted.iter().position(|&l| l == (sender, token));
@@ -271,18 +272,10 @@ pub fn replay(
                 // long enough for the device to refuse it, never allocated.
                 let mut bytes = data.as_deref().and_then(from_hex).unwrap_or_default();
                 bytes.resize(len.min(MAX_MOVE_LEN + 1), 0);
-                let got = match via {
-                    MoveVia::Store | MoveVia::Posted => {
-                        match fabric.store_move(f, window, &bytes, via == MoveVia::Posted) {
-                            Ok(Stored::Landed) => MoveResult::Landed,
-                            Ok(Stored::Held(_)) => MoveResult::Held,
-                            Err(_) => MoveResult::Rejected,
-                        }
-                    }
-                    MoveVia::Data => match fabric.move_data(f, window, &bytes) {
-                        Ok(()) => MoveResult::Landed,
-                        Err(_) => MoveResult::Rejected,
-                    },
+                let got = match fabric.store_move(f, window, &bytes, via == MoveVia::Posted) {
+                    Ok(Stored::Landed) => MoveResult::Landed,
+                    Ok(Stored::Held(_)) => MoveResult::Held,
+                    Err(_) => MoveResult::Rejected,
                 };
                 reads.move_done(f);
                 if got != result {

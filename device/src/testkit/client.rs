@@ -5,7 +5,7 @@
 //! because tests must send what QEMU never would (bad offsets, truncated messages,
 //! posted writes) and must read *error* replies, which that client cannot parse.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -20,13 +20,11 @@ use super::GuestRam;
 use crate::ism::command::HEADER_LEN as ISM_HEADER_LEN;
 use crate::ism::wire::{Request, RespHeader};
 use crate::pci::Bar;
-use crate::server::framing::Framer;
-use crate::server::vfio_user::ConnectionError;
 
 /// vfio-user command numbers and message layouts: the server's own (one definition).
-pub use crate::server::wire as msg;
-pub use crate::server::wire::command as cmd;
-use crate::server::wire::flags::{
+pub use crate::transport::wire as msg;
+pub use crate::transport::wire::command as cmd;
+use crate::transport::wire::flags::{
     ERROR as FLAG_ERROR, NO_REPLY as FLAG_NO_REPLY, TYPE_REPLY as FLAG_REPLY,
 };
 
@@ -34,14 +32,100 @@ use crate::server::wire::flags::{
 /// PCISTB block); a larger one is drained and refused.
 const MAX_REPLY_BODY: usize = 64 << 10;
 
-/// The framer's error as the client's: a read error keeps its kind (a reply timeout stays
-/// `WouldBlock`).
-fn io_error(e: ConnectionError) -> io::Error {
-    match e {
-        ConnectionError::Read(e) => e,
-        ConnectionError::Truncated => io::ErrorKind::UnexpectedEof.into(),
-        other => io::Error::other(other),
+/// A reply's header as the vfio-user specification lays it out ("Message format"),
+/// read here by hand: the client's reading of the wire must not be the server's.
+#[derive(Debug)]
+struct ReplyHeader {
+    id: u16,
+    size: u32,
+    flags: u32,
+    error: u32,
+}
+
+/// The header's length: id (u16), command (u16), size (u32), flags (u32), error (u32).
+const REPLY_HEADER_LEN: usize = 16;
+
+/// Reads replies off the stream with a framing of its own, not the server's `Framer`:
+/// a framing bug on both sides would otherwise pass. One `read` usually brings a whole
+/// reply (as QEMU reads its reply on the waited channel, so that the benchmark's client
+/// costs what QEMU's does and no more); bytes past it wait for the next.
+struct ReplyReader {
+    buf: Box<[u8]>,
+    /// The unread bytes are `buf[start..end]`.
+    start: usize,
+    end: usize,
+}
+
+impl ReplyReader {
+    fn new() -> Self {
+        Self {
+            buf: vec![0; REPLY_HEADER_LEN + MAX_REPLY_BODY].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
     }
+
+    /// Reads until `want` bytes are buffered (an end of stream before: UnexpectedEof).
+    fn fill(&mut self, mut stream: &UnixStream, want: usize) -> io::Result<()> {
+        if self.start + want > self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        while self.end - self.start < want {
+            match stream.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The next reply: its header and its body.
+    fn next(&mut self, stream: &UnixStream) -> io::Result<(ReplyHeader, Vec<u8>)> {
+        self.fill(stream, REPLY_HEADER_LEN)?;
+        let h = &self.buf[self.start..self.start + REPLY_HEADER_LEN];
+        let u32_at = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let header = ReplyHeader {
+            id: u16::from_le_bytes([h[0], h[1]]),
+            size: u32_at(4),
+            flags: u32_at(8),
+            error: u32_at(12),
+        };
+        let size = header.size as usize;
+        if !(REPLY_HEADER_LEN..=self.buf.len()).contains(&size) {
+            return Err(io::Error::other(format!("reply of {size} bytes")));
+        }
+        self.fill(stream, size)?;
+        let body = self.buf[self.start + REPLY_HEADER_LEN..self.start + size].to_vec();
+        self.start += size;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        Ok((header, body))
+    }
+}
+
+/// The header of a client's message `id`: `command` with `body_len` bytes after the
+/// header. The one builder of vfio-user messages for the tests, the benchmarks and the
+/// fuzz seeds (with [`message`]).
+pub fn request_header(id: u16, command: u16, body_len: usize, flags: u32) -> msg::Header {
+    msg::Header {
+        id: id.into(),
+        command: command.into(),
+        size: U32::new((size_of::<msg::Header>() + body_len) as u32),
+        flags: flags.into(),
+        error: U32::ZERO,
+    }
+}
+
+/// A whole message: [`request_header`] and `body`.
+pub fn message(id: u16, command: u16, flags: u32, body: &[u8]) -> Vec<u8> {
+    let header = request_header(id, command, body.len(), flags);
+    [header.as_bytes(), body].concat()
 }
 
 /// A reply: `Err(errno)` when the server flagged an error.
@@ -76,10 +160,8 @@ const CMD_BAR: u32 = Bar::Command.index();
 pub struct Client {
     stream: UnixStream,
     next_id: u16,
-    /// Reads replies as the server reads requests (server::framing), with plain reads:
-    /// one `recv` brings a whole reply, as QEMU reads its own reply on the waited
-    /// channel, so that the benchmark's client costs what QEMU's does and no more.
-    framer: Framer,
+    /// Reads the replies (its own framing, not the server's).
+    replies: ReplyReader,
     /// The message being sent, kept so that sending allocates nothing.
     outbox: Vec<u8>,
 }
@@ -95,7 +177,7 @@ impl Client {
                     let mut client = Self {
                         stream,
                         next_id: 0,
-                        framer: Framer::without_fds(MAX_REPLY_BODY),
+                        replies: ReplyReader::new(),
                         outbox: Vec::new(),
                     };
                     client.negotiate()?;
@@ -137,13 +219,7 @@ impl Client {
     ) -> io::Result<u16> {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        let header = msg::Header {
-            id: id.into(),
-            command: command.into(),
-            size: U32::new((size_of::<msg::Header>() + payload.len()) as u32),
-            flags: flags.into(),
-            error: U32::ZERO,
-        };
+        let header = request_header(id, command, payload.len(), flags);
         let message = &mut self.outbox;
         message.clear();
         message.extend_from_slice(header.as_bytes());
@@ -178,30 +254,15 @@ impl Client {
     }
 
     pub fn recv_reply(&mut self, id: u16) -> io::Result<Reply> {
-        let (header, _) = self
-            .framer
-            .next_header(&self.stream)
-            .map_err(io_error)?
-            .ok_or(io::ErrorKind::UnexpectedEof)?;
-        let mut body = Vec::new();
-        if !self
-            .framer
-            .read_body(&self.stream, &mut body)
-            .map_err(io_error)?
-        {
-            return Err(io::Error::other(format!(
-                "reply of {} bytes",
-                header.size.get()
-            )));
-        }
-        let (reply_id, flags) = (header.id.get(), header.flags.get());
+        let (header, body) = self.replies.next(&self.stream)?;
+        let (reply_id, flags) = (header.id, header.flags);
         if reply_id != id || flags & FLAG_REPLY == 0 {
             return Err(io::Error::other(format!(
                 "unexpected reply id {reply_id} flags {flags:#x} (wanted {id})"
             )));
         }
         if flags & FLAG_ERROR != 0 {
-            return Ok(Err(header.error.get()));
+            return Ok(Err(header.error));
         }
         Ok(Ok(body))
     }
@@ -333,5 +394,55 @@ impl Client {
             }
         }
         Ok(CommandReply { ret, bytes })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(id: u16, error: u32, body: &[u8]) -> Vec<u8> {
+        let flags = FLAG_REPLY | if error == 0 { 0 } else { FLAG_ERROR };
+        let mut header = request_header(id, cmd::REGION_READ, body.len(), flags);
+        header.error = error.into();
+        [header.as_bytes(), body].concat()
+    }
+
+    #[test]
+    fn replies_written_together_or_split_are_read_apart_in_order() {
+        let (mut server, client) = UnixStream::pair().unwrap();
+        let mut reader = ReplyReader::new();
+        let both = [reply(1, 0, b"first"), reply(2, 5, &[])].concat();
+        server.write_all(&both).unwrap();
+        let (h, body) = reader.next(&client).unwrap();
+        assert_eq!((h.id, h.error, body.as_slice()), (1, 0, &b"first"[..]));
+        let (h, body) = reader.next(&client).unwrap();
+        assert_eq!((h.id, h.error, h.flags & FLAG_ERROR != 0), (2, 5, true));
+        assert!(body.is_empty());
+        // A reply cut inside its header and inside its body.
+        let third = reply(3, 0, &[7; 100]);
+        server.write_all(&third[..10]).unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            server.write_all(&third[10..50]).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            server.write_all(&third[50..]).unwrap();
+            server
+        });
+        let (h, body) = reader.next(&client).unwrap();
+        assert_eq!((h.id, h.size, body), (3, 116, vec![7; 100]));
+        drop(writer.join().unwrap());
+        let end = reader.next(&client).unwrap_err();
+        assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn a_reply_shorter_than_its_header_is_an_error() {
+        let (mut server, client) = UnixStream::pair().unwrap();
+        let mut bad = reply(1, 0, &[]);
+        bad[4..8].copy_from_slice(&8u32.to_le_bytes());
+        server.write_all(&bad).unwrap();
+        let err = ReplyReader::new().next(&client).unwrap_err();
+        assert_eq!(err.to_string(), "reply of 8 bytes");
     }
 }

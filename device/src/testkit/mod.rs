@@ -18,7 +18,7 @@ use nix::sys::memfd::{memfd_create, MFdFlags};
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::tempfile::TempFile;
 
-pub use client::{cmd, expect_ok, msg, Client, CommandReply, Reply};
+pub use client::{cmd, expect_ok, message, msg, request_header, Client, CommandReply, Reply};
 
 /// The move-window offset of a store into element 0 of DMB `token` at `offset`, with or
 /// without the signal.

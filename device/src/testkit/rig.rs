@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex};
 use zerocopy::FromBytes;
 
 use crate::dmb::{Dmb, FunctionId};
-use crate::fabric::Fabric;
+use crate::fabric::{EventSink, ReuseCheck, ZeroScan, ZeroWatch};
+use crate::fabric::{Fabric, MoveError};
 use crate::fault::Fired;
-use crate::ism::command::{self, Command, CommandError, DmbRequest, Response};
+use crate::ism::command::{Command, CommandError, DmbRequest, Response};
+use crate::ism::opcodes;
 use crate::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN, IEQ_LEN};
 use crate::ism::wire::Request;
 use crate::ism::MoveAddress;
-use crate::observer::{EventSink, ReuseCheck, ZeroScan, ZeroWatch};
 use crate::testkit::GuestRam;
 
 pub const BASE: u64 = 0x1_0000_0000;
@@ -188,7 +189,20 @@ impl Rig {
         let mut area = [0u8; 4096];
         let bytes = request.as_bytes();
         area[..bytes.len()].copy_from_slice(bytes);
-        command::decode(&area).and_then(|cmd| self.fabric.execute(id, cmd))
+        opcodes::decode(&area).and_then(|cmd| self.fabric.execute(id, cmd))
+    }
+
+    /// A waited data move by `sender` (a PCISTB to its BAR 0 at `window_offset`), as the
+    /// backend stores it.
+    pub fn move_data(
+        &self,
+        sender: FunctionId,
+        window_offset: u64,
+        data: &[u8],
+    ) -> Result<(), MoveError> {
+        self.fabric
+            .store_move(sender, window_offset, data, false)
+            .map(|_| ())
     }
 
     pub fn gid(&self, id: FunctionId) -> u64 {

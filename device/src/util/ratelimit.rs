@@ -3,7 +3,10 @@
 //! behalf (reads of guest memory, events queued at a peer) must have a budget.
 //!
 //! Every line a guest can cause goes through `guest_log!`, whatever its module: one
-//! budget per function for all of them ([`GuestLines`]).
+//! budget per function for all of them ([`GuestLines`]). Two limits serve every caller:
+//! [`RateLimit`], a count per fixed window with the rest counted (log lines here, the
+//! observer's event stream per function), and [`Budget`], a token bucket (work done on a
+//! guest's behalf).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -38,9 +41,19 @@ pub(crate) use guest_log;
 /// the function's GID, shared by every call site, so that one guest gets
 /// `LINES_PER_WINDOW` lines a second in all (and one that counts the rest), whichever
 /// paths it floods, and no guest can use up another's.
-#[derive(Default)]
 pub struct GuestLines {
+    /// The limits' clock starts here.
+    epoch: Instant,
     by_gid: Mutex<BTreeMap<u64, RateLimit>>,
+}
+
+impl Default for GuestLines {
+    fn default() -> Self {
+        Self {
+            epoch: Instant::now(),
+            by_gid: Mutex::default(),
+        }
+    }
 }
 
 /// Functions kept apart; beyond, they share one budget. The keys are the functions' own
@@ -60,8 +73,12 @@ impl GuestLines {
             } else {
                 SHARED
             };
-            let limit = by_gid.entry(key).or_default();
-            limit.allow(now, |n| not_logged = n)
+            let now_us = u64::try_from(now.saturating_duration_since(self.epoch).as_micros())
+                .unwrap_or(u64::MAX);
+            let limit = by_gid
+                .entry(key)
+                .or_insert_with(|| RateLimit::new(u64::from(LINES_PER_WINDOW), WINDOW));
+            limit.allow(now_us, |n| not_logged = n)
         };
         // Logged after the map's lock is released: the logger never waits, but it takes
         // locks of its own.
@@ -80,42 +97,53 @@ pub fn guest_lines() -> &'static GuestLines {
     LINES.get_or_init(GuestLines::default)
 }
 
+/// At most `limit` a window, the rest refused and counted. Time is a microsecond count
+/// the caller chooses (the observer's is event time, so that a replay refuses what the
+/// live run refused); the first window starts at the first call.
 #[derive(Debug)]
 pub struct RateLimit {
-    window_start: Instant,
-    in_window: u32,
-    suppressed: u64,
-}
-
-impl Default for RateLimit {
-    fn default() -> Self {
-        Self {
-            window_start: Instant::now(),
-            in_window: 0,
-            suppressed: 0,
-        }
-    }
+    limit: u64,
+    window_us: u64,
+    start_us: Option<u64>,
+    passed: u64,
+    refused: u64,
 }
 
 impl RateLimit {
-    /// Whether the next line may be logged. When a window ends with suppressed lines,
-    /// `report(n)` is called first so the log says how many were dropped.
-    pub fn allow(&mut self, now: Instant, report: impl FnOnce(u64)) -> bool {
-        if now.duration_since(self.window_start) >= WINDOW {
-            if self.suppressed > 0 {
-                report(self.suppressed);
+    pub fn new(limit: u64, window: Duration) -> Self {
+        Self {
+            limit,
+            window_us: u64::try_from(window.as_micros()).unwrap_or(u64::MAX),
+            start_us: None,
+            passed: 0,
+            refused: 0,
+        }
+    }
+
+    /// Whether one more may pass at `now_us`. When a window ended with some refused,
+    /// `report(n)` is called first, so that the caller can say how many.
+    pub fn allow(&mut self, now_us: u64, report: impl FnOnce(u64)) -> bool {
+        let start = *self.start_us.get_or_insert(now_us);
+        if now_us.saturating_sub(start) >= self.window_us {
+            self.start_us = Some(now_us);
+            self.passed = 0;
+            let refused = self.take_refused();
+            if refused > 0 {
+                report(refused);
             }
-            self.window_start = now;
-            self.in_window = 0;
-            self.suppressed = 0;
         }
-        self.in_window += 1;
-        if self.in_window <= LINES_PER_WINDOW {
-            true
-        } else {
-            self.suppressed += 1;
-            false
+        if self.passed >= self.limit {
+            self.refused += 1;
+            return false;
         }
+        self.passed += 1;
+        true
+    }
+
+    /// The count refused so far in this window, to report before the window ends (it
+    /// starts again from 0).
+    pub fn take_refused(&mut self) -> u64 {
+        std::mem::take(&mut self.refused)
     }
 }
 
@@ -215,12 +243,16 @@ mod tests {
 
     #[test]
     fn lines_beyond_the_budget_are_suppressed_and_counted() {
-        let mut rl = RateLimit::default();
-        let t0 = rl.window_start;
+        let mut rl = RateLimit::new(u64::from(LINES_PER_WINDOW), WINDOW);
+        let t0 = 7_000_000;
         let allowed = (0..25).filter(|_| rl.allow(t0, |_| {})).count();
         assert_eq!(allowed, LINES_PER_WINDOW as usize);
         let mut reported = 0;
-        assert!(rl.allow(t0 + WINDOW, |n| reported = n));
-        assert_eq!(reported, 5);
+        assert!(!rl.allow(t0 + 999_999, |n| reported = n));
+        assert_eq!(reported, 0, "the same window");
+        assert!(rl.allow(t0 + 1_000_000, |n| reported = n));
+        assert_eq!(reported, 6);
+        assert!(rl.allow(t0 + 1_000_000, |_| {}));
+        assert_eq!(rl.take_refused(), 0);
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use ism_emu::fabric::Fabric;
 use ism_emu::ism::status::{IeqEntry, IEQ_ENTRY_LEN, IEQ_HEADER_LEN};
 use ism_emu::ism::wire::{self, ReqHeader, Request};
-use ism_emu::ism::MoveAddress;
+use ism_emu::ism::{cdc, MoveAddress};
 use ism_emu::observer::Observer;
 use ism_emu::testkit::{take_count, Client, CommandReply, GuestRam, Reply, VLAN_SMCD_V2};
 use ism_emu::{default_gid, server};
@@ -337,7 +337,7 @@ pub fn next_reply_is_the_next_commands(g: &mut Guest) {
 }
 
 /// The CDC message's conn_state flag that closes a connection.
-pub const CDC_CLOSED: u8 = 0x40;
+pub const CDC_CLOSED: u8 = cdc::PEER_CONN_CLOSED;
 
 /// A CDC message as the peer writes it at DMB offset 0, with `conn_state`, before it
 /// sent any data.
@@ -348,11 +348,11 @@ pub fn cdc(conn_state: u8) -> Vec<u8> {
 /// A CDC message whose producer cursor says `sent` data bytes were written (less than
 /// one pass over the DMB: wrap 0, count `sent`).
 pub fn cdc_after(conn_state: u8, sent: u32) -> Vec<u8> {
-    let mut m = vec![0u8; 32];
-    m[0] = 0xfe;
-    m[10..14].copy_from_slice(&sent.to_be_bytes());
-    m[23] = conn_state;
-    m
+    let prod = cdc::Cursor {
+        wrap: 0,
+        count: sent,
+    };
+    cdc::message(prod, cdc::Cursor::default(), 0, conn_state).to_vec()
 }
 
 /// One SMC-D-shaped connection by `peer` on `dmb`: `payload` after the CDC area, a CDC

@@ -42,7 +42,7 @@ pub struct Hops {
     cap: usize,
     dropped: u64,
     /// The message under way.
-    pub current: Row,
+    current: Row,
 }
 
 /// The clock both logs use.
@@ -53,13 +53,58 @@ pub fn now_ns() -> u64 {
         .unwrap_or(0)
 }
 
-impl Hops {
-    /// A log for a new connection, if `ISM_EMU_HOPS` names a folder.
-    pub fn from_env() -> Option<Self> {
-        let dir = PathBuf::from(std::env::var_os(ENV)?);
-        Some(Self::new(dir, MAX_ROWS))
+/// A step of one message in the connection loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The header was read.
+    Header { id: u16, command: u16 },
+    /// The body was read.
+    Body,
+    /// The device was done, the reply not yet written.
+    Served,
+    /// The reply was written.
+    Sent,
+    /// The loop is back for the next message (a no-reply message was served then).
+    Done,
+}
+
+/// A connection's hop log, or nothing when `ISM_EMU_HOPS` is not set: the loop marks its
+/// steps with one call either way.
+pub struct HopLog(Option<Hops>);
+
+impl HopLog {
+    /// The log for a new connection, if `ISM_EMU_HOPS` names a folder.
+    pub fn from_env() -> Self {
+        Self(std::env::var_os(ENV).map(|dir| Hops::new(PathBuf::from(dir), MAX_ROWS)))
     }
 
+    /// Stamps `step` of the message under way.
+    pub fn mark(&mut self, step: Step) {
+        let Some(h) = &mut self.0 else {
+            return;
+        };
+        let now = now_ns();
+        let row = &mut h.current;
+        match step {
+            Step::Header { id, command } => {
+                row.header_ns = now;
+                row.id = id;
+                row.command = command;
+            }
+            Step::Body => row.body_ns = now,
+            Step::Served => row.served_ns = now,
+            Step::Sent => row.sent_ns = now,
+            Step::Done => {
+                if row.served_ns == 0 {
+                    row.served_ns = now;
+                }
+                h.finish();
+            }
+        }
+    }
+}
+
+impl Hops {
     fn new(dir: PathBuf, cap: usize) -> Self {
         Self {
             dir,
@@ -71,7 +116,7 @@ impl Hops {
     }
 
     /// The message under way is done: keep its row.
-    pub fn finish(&mut self) {
+    fn finish(&mut self) {
         if self.rows.len() < self.cap {
             self.rows.push(self.current);
         } else {

@@ -24,8 +24,26 @@ use std::os::unix::net::UnixStream;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 use zerocopy::FromBytes;
 
-use super::vfio_user::ConnectionError;
 use super::wire::{Header, HEADER_LEN};
+
+/// The file descriptors a message may carry (DMA_MAP: the RAM's; SET_IRQS: the one
+/// vector's eventfd). Announced as `max_msg_fds`.
+pub const MAX_MSG_FDS: u32 = 1;
+
+/// What ends a connection: the stream itself failed, or lost its framing.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("reading from the client: {0}")]
+    Read(#[source] io::Error),
+    #[error("writing to the client: {0}")]
+    Write(#[source] io::Error),
+    #[error("receiving a message's file descriptors: {0} (more than {MAX_MSG_FDS}?)")]
+    Fds(#[source] vmm_sys_util::errno::Error),
+    #[error("the client closed the connection inside a message")]
+    Truncated,
+    #[error("message of {0} bytes is shorter than its header")]
+    Undersized(u32),
+}
 
 /// Descriptors received but not yet given to a message. A client following the protocol
 /// never has more than two waiting (one for the message being completed, one that came
@@ -50,8 +68,6 @@ pub struct Framer {
     fds: VecDeque<WaitingFd>,
     /// The body of the message whose header `next_header` gave last, still to be read.
     body_due: usize,
-    /// Whether reads take descriptors (`recvmsg` with room for them) or are plain reads.
-    takes_fds: bool,
 }
 
 impl Framer {
@@ -65,16 +81,6 @@ impl Framer {
             offset: 0,
             fds: VecDeque::new(),
             body_due: 0,
-            takes_fds: true,
-        }
-    }
-
-    /// The same for a stream that carries no descriptors: plain reads, as QEMU reads its
-    /// replies on the waited channel (a descriptor sent anyway is closed by the kernel).
-    pub fn without_fds(max_body: usize) -> Self {
-        Self {
-            takes_fds: false,
-            ..Self::new(max_body)
         }
     }
 
@@ -203,19 +209,10 @@ impl Framer {
         }
         while self.end - self.start < want {
             let from = self.offset + (self.end - self.start) as u64;
-            let (got, fd) = if self.takes_fds {
-                match stream.recv_with_fd(&mut self.buf[self.end..]) {
-                    Ok(r) => r,
-                    Err(e) if e.errno() == nix::errno::Errno::EINTR as i32 => continue,
-                    Err(e) => return Err(ConnectionError::Fds(e)),
-                }
-            } else {
-                let mut stream = stream;
-                match stream.read(&mut self.buf[self.end..]) {
-                    Ok(got) => (got, None),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(ConnectionError::Read(e)),
-                }
+            let (got, fd) = match stream.recv_with_fd(&mut self.buf[self.end..]) {
+                Ok(r) => r,
+                Err(e) if e.errno() == nix::errno::Errno::EINTR as i32 => continue,
+                Err(e) => return Err(ConnectionError::Fds(e)),
             };
             if got == 0 {
                 return if self.end == self.start {
@@ -246,17 +243,9 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::os::fd::AsRawFd;
-    use zerocopy::little_endian::{U16, U32};
-    use zerocopy::{FromZeros, IntoBytes};
 
     fn message(id: u16, body: &[u8]) -> Vec<u8> {
-        let mut h = Header::new_zeroed();
-        h.id = U16::new(id);
-        h.command = U16::new(2);
-        h.size = U32::new((HEADER_LEN + body.len()) as u32);
-        let mut m = h.as_bytes().to_vec();
-        m.extend_from_slice(body);
-        m
+        crate::testkit::message(id, 2, 0, body)
     }
 
     fn next(f: &mut Framer, s: &UnixStream) -> (u16, Vec<u8>, Option<File>) {
@@ -281,25 +270,6 @@ mod tests {
         let mut f = Framer::new(4096 + 16);
         assert_eq!(next(&mut f, &b).0, 1);
         assert_eq!(next(&mut f, &b).1, Vec::<u8>::new());
-        let (id, body, _) = next(&mut f, &b);
-        assert_eq!((id, body), (3, vec![3; 4096]));
-        drop(a);
-        assert!(f.next_header(&b).unwrap().is_none());
-    }
-
-    #[test]
-    fn without_fds_messages_are_read_apart_and_a_descriptor_is_not_given() {
-        let (mut a, b) = UnixStream::pair().unwrap();
-        let file = tmp_file();
-        a.send_with_fd(&message(1, &[1; 24])[..], file.as_raw_fd())
-            .unwrap();
-        let mut rest = message(2, &[]);
-        rest.extend(message(3, &[3; 4096]));
-        a.write_all(&rest).unwrap();
-        let mut f = Framer::without_fds(4096);
-        let (id, body, fd) = next(&mut f, &b);
-        assert_eq!((id, body, fd.is_none()), (1, vec![1; 24], true));
-        assert_eq!(next(&mut f, &b).0, 2);
         let (id, body, _) = next(&mut f, &b);
         assert_eq!((id, body), (3, vec![3; 4096]));
         drop(a);

@@ -1,11 +1,6 @@
 //! Running the emulator: one vfio-user server thread per function socket (its message
-//! loop in `vfio_user`), the zeroing watcher's thread, and a main event loop
-//! (event-manager) for the control socket and shutdown.
-
-pub mod framing;
-pub mod hops;
-pub mod vfio_user;
-pub mod wire;
+//! loop in `transport`, its device the function's `backend`), the zeroing watcher's
+//! thread, and a main event loop (event-manager) for the control socket and shutdown.
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -16,20 +11,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use event_manager::{EventManager, EventOps, Events, MutEventSubscriber, SubscriberOps};
-use vfio_bindings::bindings::vfio::{
-    VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
-    VFIO_REGION_INFO_FLAG_WRITE,
-};
 use vmm_sys_util::epoll::EventSet;
 
-use self::vfio_user::{Connection, Description};
-use crate::backend::IsmBackend;
+use crate::backend::{self, IsmBackend};
 use crate::control::Control;
 use crate::dmb::FunctionId;
 use crate::fabric::Fabric;
-use crate::guest::interrupts::{has_irq_info, vector_count, IRQ_INFO_FLAGS};
 use crate::observer::{Observer, ZERO_POLL_INTERVAL};
-use crate::pci::region_size;
+use crate::transport::Connection;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -61,8 +50,14 @@ pub enum ServeError {
     },
     #[error("--control {0} exists and is not a socket; refusing to replace it")]
     ControlNotSocket(PathBuf),
-    #[error("event loop")]
-    EventLoop(#[source] std::io::Error),
+    #[error("cannot start the {0} thread")]
+    Thread(&'static str, #[source] std::io::Error),
+    #[error("cannot create the event loop")]
+    EventLoop(#[source] event_manager::Error),
+    #[error("cannot make the control socket non-blocking")]
+    NonBlocking(#[source] std::io::Error),
+    #[error("cannot watch for SIGINT and SIGTERM")]
+    Signals(#[source] std::io::Error),
 }
 
 /// Binds `path` and serves function `id` on it until the process ends. When a client goes
@@ -75,7 +70,7 @@ pub fn spawn_function(fabric: Arc<Fabric>, id: FunctionId, path: &Path) -> Resul
     std::thread::Builder::new()
         .name(name.clone())
         .spawn(move || serve_function(fabric, id, &name, &path, server))
-        .map_err(ServeError::EventLoop)?;
+        .map_err(|e| ServeError::Thread("function", e))?;
     Ok(())
 }
 
@@ -99,44 +94,6 @@ fn listen(path: &Path) -> Result<UnixListener, ServeError> {
     })?;
     owner_only(path)?;
     Ok(listener)
-}
-
-/// What every function tells its client about itself: every PCI region index (unused
-/// ones with size 0) and every PCI interrupt index.
-pub fn description() -> Description {
-    let regions = (0..VFIO_PCI_NUM_REGIONS)
-        .map(|index| {
-            let size = region_size(index);
-            let flags = if size == 0 {
-                0
-            } else {
-                VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE
-            };
-            wire::RegionInfo {
-                argsz: (size_of::<wire::RegionInfo>() as u32).into(),
-                flags: flags.into(),
-                index: index.into(),
-                cap_offset: 0.into(),
-                size: size.into(),
-                offset: 0.into(),
-            }
-        })
-        .collect();
-    let irqs = (0..VFIO_PCI_NUM_IRQS)
-        .map(|index| {
-            has_irq_info(index).then(|| wire::IrqInfo {
-                argsz: (size_of::<wire::IrqInfo>() as u32).into(),
-                flags: IRQ_INFO_FLAGS.into(),
-                index: index.into(),
-                count: vector_count(index).into(),
-            })
-        })
-        .collect();
-    Description {
-        regions,
-        irqs,
-        resettable: true,
-    }
 }
 
 /// Makes a socket the emulator created usable by its own user only (`ism-emu serve`
@@ -201,7 +158,7 @@ fn serve_function(
     path: &Path,
     mut listener: UnixListener,
 ) {
-    let description = description();
+    let description = backend::description();
     let mut backend = IsmBackend::new(Arc::clone(&fabric), id);
     loop {
         let served = match listener.accept() {
@@ -277,7 +234,7 @@ pub fn spawn_zero_watcher(fabric: Arc<Fabric>, observer: &Observer) -> Result<()
             }
         })
         .map(|_| ())
-        .map_err(ServeError::EventLoop)
+        .map_err(|e| ServeError::Thread("zeroing watcher", e))
 }
 
 /// Turns SIGINT/SIGTERM into a readable socket for the event loop.
@@ -297,6 +254,20 @@ impl MutEventSubscriber for Shutdown {
     }
 }
 
+/// The sockets this emulator bound: removed when it stops, whichever way (a failure
+/// half-way through the start removes those bound so far, and no other emulator's).
+struct Bound {
+    paths: Vec<PathBuf>,
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        for path in &self.paths {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// Runs the main loop until SIGINT or SIGTERM, then removes the sockets.
 pub fn run(
     fabric: Arc<Fabric>,
@@ -304,29 +275,23 @@ pub fn run(
     sockets: &[PathBuf],
     control_path: Option<&Path>,
 ) -> Result<(), ServeError> {
+    let mut bound = Bound { paths: Vec::new() };
     for (id, path) in sockets.iter().enumerate() {
-        if let Err(e) = spawn_function(Arc::clone(&fabric), id, path) {
-            cleanup(&sockets[..id], control_path);
-            return Err(e);
-        }
+        spawn_function(Arc::clone(&fabric), id, path)?;
+        bound.paths.push(path.clone());
         let (name, gid) = fabric.identity(id);
         log::info!("{name}: gid {gid:#018x} listening on {}", path.display());
     }
 
-    if let Err(e) = spawn_zero_watcher(Arc::clone(&fabric), &observer) {
-        cleanup(sockets, control_path);
-        return Err(e);
-    }
-    let mut manager =
-        EventManager::<Arc<Mutex<dyn MutEventSubscriber + Send>>>::new().map_err(|e| {
-            cleanup(sockets, control_path);
-            ServeError::EventLoop(std::io::Error::other(format!("{e:?}")))
-        })?;
+    spawn_zero_watcher(Arc::clone(&fabric), &observer)?;
+    let mut manager = EventManager::<Arc<Mutex<dyn MutEventSubscriber + Send>>>::new()
+        .map_err(ServeError::EventLoop)?;
     if let Some(path) = control_path {
-        let listener = bind_control(path).inspect_err(|_| cleanup(sockets, None))?;
+        let listener = bind_control(path)?;
+        bound.paths.push(path.to_path_buf());
         listener
             .set_nonblocking(true)
-            .map_err(ServeError::EventLoop)?;
+            .map_err(ServeError::NonBlocking)?;
         manager.add_subscriber(Arc::new(Mutex::new(ControlSubscriber {
             control: Control::new(Arc::clone(&fabric), observer),
             listener,
@@ -334,10 +299,10 @@ pub fn run(
         log::info!("control socket at {}", path.display());
     }
 
-    let (rx, tx) = UnixStream::pair().map_err(ServeError::EventLoop)?;
+    let (rx, tx) = UnixStream::pair().map_err(ServeError::Signals)?;
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let tx = tx.try_clone().map_err(ServeError::EventLoop)?;
-        signal_hook::low_level::pipe::register(signal, tx).map_err(ServeError::EventLoop)?;
+        let tx = tx.try_clone().map_err(ServeError::Signals)?;
+        signal_hook::low_level::pipe::register(signal, tx).map_err(ServeError::Signals)?;
     }
     let requested = Arc::new(AtomicBool::new(false));
     manager.add_subscriber(Arc::new(Mutex::new(Shutdown {
@@ -353,15 +318,52 @@ pub fn run(
         }
     }
     log::info!("shutting down");
-    cleanup(sockets, control_path);
     Ok(())
 }
 
-fn cleanup(sockets: &[PathBuf], control_path: Option<&Path>) {
-    for path in sockets {
-        let _ = std::fs::remove_file(path);
+#[cfg(test)]
+mod tests {
+    use vmm_sys_util::tempdir::TempDir;
+
+    use super::*;
+
+    fn tempdir() -> TempDir {
+        TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-server-")).unwrap()
     }
-    if let Some(path) = control_path {
-        let _ = std::fs::remove_file(path);
+
+    #[test]
+    fn a_start_that_fails_half_way_removes_the_sockets_it_bound() {
+        let dir = tempdir();
+        let sockets: Vec<PathBuf> = ["a.sock", "b.sock"]
+            .iter()
+            .map(|name| dir.as_path().join(name))
+            .collect();
+        let functions = (0..2)
+            .map(|i| (format!("ism{i}"), crate::default_gid(0x1234, i)))
+            .collect();
+        let observer = Arc::new(Observer::default());
+        let fabric = Arc::new(Fabric::new(0x1234, functions, observer.clone()));
+        // The control socket's directory does not exist: the start fails after both
+        // function sockets were bound (their threads outlive the test; that is fine).
+        let control = dir.as_path().join("missing").join("ctl");
+        let failed = run(fabric, observer, &sockets, Some(&control));
+        assert!(matches!(failed, Err(ServeError::NoDirectory { .. })));
+        for socket in &sockets {
+            assert!(!socket.exists(), "{} left behind", socket.display());
+        }
+    }
+
+    #[test]
+    fn what_was_bound_is_removed_whichever_way_the_start_ends_and_nothing_else() {
+        let dir = tempdir();
+        let ours = dir.as_path().join("ours.sock");
+        let theirs = dir.as_path().join("theirs.sock");
+        std::fs::write(&ours, b"").unwrap();
+        std::fs::write(&theirs, b"").unwrap();
+        drop(Bound {
+            paths: vec![ours.clone()],
+        });
+        assert!(!ours.exists());
+        assert!(theirs.exists(), "a path this emulator did not bind stays");
     }
 }

@@ -1,8 +1,9 @@
 //! The vfio-user wire format, as far as this device speaks it: the message header and the
 //! fixed bodies of the commands QEMU's client sends (vfio-user specification, "Message
 //! format" and "Commands"). Little-endian, packed as on the wire. The server loop
-//! (`vfio_user.rs`) and the testkit's client both use these: one definition.
+//! (`connection.rs`) and the testkit's client both use these: one definition.
 
+use nix::errno::Errno;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -25,7 +26,7 @@ pub mod command {
     pub const DIRTY_PAGES: u16 = 14;
     pub const REGION_WRITE_MULTI: u16 = 15;
     /// Experimental, after `CAP_WAITED_CHANNEL`: carries the server's end of the waited
-    /// channel (server::vfio_user, "The waited channel").
+    /// channel (transport::channels).
     pub const X_WAITED_CHANNEL: u16 = 0x7f00;
 }
 
@@ -74,7 +75,7 @@ impl Header {
     }
 
     /// The error reply to `self`.
-    pub fn error_reply(&self, errno: i32) -> Self {
+    pub fn error_reply(&self, errno: Errno) -> Self {
         Self {
             flags: U32::new(flags::TYPE_REPLY | flags::ERROR),
             error: U32::new(errno as u32),

@@ -1,0 +1,95 @@
+//! The zeroing watch's side of the DMB lives: which closed DMBs to look at next, and what
+//! the looks found (zeroed after the close, or given up on after `ZERO_WATCH_LIMIT`).
+
+use super::{since, DmbLife, Tracker};
+use crate::fabric::{ZeroScan, ZeroWatch};
+use crate::observer::summary::ConnState;
+use crate::observer::{ObservedEvent, What, ZERO_WATCH_LIMIT};
+
+impl Tracker {
+    fn watched(life: &DmbLife) -> bool {
+        life.summary.registered && life.summary.state == ConnState::Closed && !life.watch_done
+    }
+
+    /// The DMBs whose connection closed and whose zeroing has not been seen yet, the
+    /// longest-unlooked-at first (so a budget that stops early starves nobody).
+    pub fn zero_watch(&self) -> Vec<ZeroWatch> {
+        let mut watch: Vec<(u64, ZeroWatch)> = self
+            .dmbs
+            .values()
+            .filter(|l| Self::watched(l))
+            .map(|l| {
+                let w = ZeroWatch {
+                    token: l.summary.token,
+                    scan_from: l.scan_from,
+                    dirty_at: l.dirty_at,
+                };
+                (l.looked_at, w)
+            })
+            .collect();
+        watch.sort_by_key(|(looked_at, _)| *looked_at);
+        watch.into_iter().map(|(_, w)| w).collect()
+    }
+
+    /// Records what the watcher found. Returns the events and how many DMBs are still
+    /// watched. A DMB still not zero `ZERO_WATCH_LIMIT` after its close is given up on,
+    /// looked at this tick or not.
+    pub fn zero_scanned(&mut self, results: &[(u64, ZeroScan)]) -> (Vec<ObservedEvent>, usize) {
+        self.tick += 1;
+        let mut events = Vec::new();
+        for &(token, scan) in results {
+            let Some(life) = self.dmbs.get_mut(&token) else {
+                continue;
+            };
+            if !Self::watched(life) {
+                continue;
+            }
+            life.looked_at = self.tick;
+            match scan {
+                ZeroScan::Zero => {
+                    let waited = since(life.closed_us);
+                    let delay_ms = waited.as_secs_f64() * 1e3;
+                    if let Some(record) = life.current() {
+                        record.zeroed_after_ms = Some(delay_ms);
+                    }
+                    life.watch_done = true;
+                    let s = &mut life.summary;
+                    s.zeroed_after_close += 1;
+                    s.zero_delays_ms.record(delay_ms);
+                    events.push(s.event(What::DmbZeroed {
+                        conn: s.connections,
+                        delay_ms,
+                    }));
+                }
+                ZeroScan::Dirty(at) => {
+                    life.scan_from = at;
+                    life.dirty_at = Some(at);
+                }
+                ZeroScan::ZeroUpTo(at) => {
+                    life.scan_from = at;
+                    life.dirty_at = None;
+                }
+                ZeroScan::Unreadable => {}
+            }
+        }
+        let mut pending = 0;
+        for life in self.dmbs.values_mut().filter(|l| Self::watched(l)) {
+            let waited = since(life.closed_us);
+            if waited < ZERO_WATCH_LIMIT {
+                pending += 1;
+                continue;
+            }
+            life.watch_done = true;
+            if let Some(record) = life.current() {
+                record.not_zeroed = true;
+            }
+            let s = &mut life.summary;
+            s.not_zeroed += 1;
+            events.push(s.event(What::DmbNotZeroed {
+                conn: s.connections,
+                watched_ms: waited.as_secs_f64() * 1e3,
+            }));
+        }
+        (events, pending)
+    }
+}
