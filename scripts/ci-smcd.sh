@@ -9,7 +9,7 @@
 #                         instead of allnoconfig
 #   --kernel-image FILE, --modules-dir DIR
 #                         a kernel you built already (s390x), and its modules_install folder
-#   --topologies LIST     e2e topologies (default "two self crash"; scripts/e2e.sh)
+#   --topologies LIST     e2e topologies (default "two self crash", also api; scripts/e2e.sh)
 #   --tests LIST          smcsuite tests (default "echo stream seq concurrent")
 #   --out DIR             artefacts (default build/ci-smcd)
 #   --build-only          build QEMU, the emulator, the kernel and initramfs; run nothing
@@ -44,7 +44,7 @@ done
 [ -z "$kimage" ] || [ -n "$kmods" ] || usage_error "--kernel-image needs --modules-dir"
 [ -z "$ksrc" ] || [ -d "$ksrc" ] || usage_error "--kernel-src $ksrc: no such directory"
 # shellcheck disable=SC2086
-for t in $topologies; do one_of topology "$t" two self crash; done
+for t in $topologies; do one_of topology "$t" two self crash api; done
 [ -n "${topologies// /}" ] || usage_error "--topologies names none"
 
 export KERNEL=custom VARIANT=stock KERNEL_SRC="$ksrc" KERNEL_CONFIG="$kconfig" \

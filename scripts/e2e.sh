@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # End-to-end suite: unmodified guest kernels run SMC-D over the emulated ISM device.
 #
-# Usage: scripts/e2e.sh [TOPOLOGY...]      (default: two self crash)
+# Usage: scripts/e2e.sh [TOPOLOGY...]      (default: two self crash api)
 #   two    two guests, one emulator process: guest a (10.0.0.1) serves, guest b
 #          (10.0.0.2) connects; the TCP handshake crosses a QEMU socket netdev
 #   self   one guest talking to itself through its own ISM function
 #   crash  guest b is killed in the middle of a stream: guest a's connection must abort
 #          promptly (the device tells it the peer's GID is gone), guest a and the
 #          emulator carry on, and the emulator still shuts down cleanly
+#   api    one guest talking to itself: the socket API subtest by subtest (smcapi: socket
+#          options, ioctls, peek, urgent data, splice, shutdown, non-blocking, fallback,
+#          IPPROTO_SMC, netlink, PNET table, sysctls), then the guest removes its modules
+#          (ismtest.unload=1): the ism driver must unregister its SBA and event queue
 # Environment: KERNEL (5.10 | 6.1 | 6.12 | 7.2 | 7.3), VARIANT (stock | prezero | nozero), TESTS (the
 # smcsuite tests, default "echo stream seq concurrent"), GUEST_TIMEOUT (s, default 600),
 # E2E_DIR (logs, default build/e2e), RESULTS_DIR and RESULTS_NAME (the KTAP and JUnit
@@ -23,8 +27,8 @@ source "$REPO_ROOT/scripts/topology.sh"
 
 help_and_no_options "$@"
 topologies=("$@")
-[ ${#topologies[@]} -gt 0 ] || topologies=(two self crash)
-for topo in "${topologies[@]}"; do one_of topology "$topo" two self crash; done
+[ ${#topologies[@]} -gt 0 ] || topologies=(two self crash api)
+for topo in "${topologies[@]}"; do one_of topology "$topo" two self crash api; done
 check_kernel_selection
 need_packages guests   # python3: check_e2e.py
 E2E_DIR="${E2E_DIR:-$BUILD_DIR/e2e}"
@@ -40,6 +44,43 @@ run_self() {
     # shellcheck disable=SC2086
     guest_start solo "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcsuite self 10.0.0.1 $TESTS
     guest_wait solo
+}
+
+run_api() {
+    emu_start 1
+    GUEST_APPEND_EXTRA="ismtest.unload=1${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}" \
+        guest_start solo "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcapi self 10.0.0.1
+    local ok=0 log="$RUN_DIR/solo.console.log" line
+    guest_wait solo || ok=1
+    # guest_wait records the program's SUMMARY; each subtest's line is a test point too
+    while read -r _ name verdict why; do
+        case "$verdict" in
+            ok) record_check "api_$name" 0 ;;
+            skip) python3 -c 'import json, sys; print(json.dumps({"name": sys.argv[1], "ok": True, "skip": sys.argv[2], "diag": []}))' \
+                "api_$name" "$why" >>"$RUN_DIR/checks.jsonl" ;;
+            *) record_check "api_$name" 1 "$why" || true ;;
+        esac
+    done < <(grep -E '^API [a-z-]+ (ok|FAIL|skip)' "$log" | tr -d '\r')
+    line="$(grep -E '^ISMTEST: UNLOAD ' "$log")"
+    [[ "$line" == "ISMTEST: UNLOAD ok"* ]]
+    record_check modules_unloaded $? "${line:-no UNLOAD line on the console}" || ok=1
+    # The ism driver's remove path (ism_dev_exit) unregisters the event queue and the
+    # SBA: the device must have seen both commands succeed, from this function.
+    python3 - "$RUN_DIR/trace.jsonl" <<'PY'
+import json, sys
+seen = {}
+for line in open(sys.argv[1]):
+    rec = json.loads(line)
+    cmd = rec.get("cmd")
+    name = cmd if isinstance(cmd, str) else (next(iter(cmd)) if isinstance(cmd, dict) and cmd else None)
+    if rec.get("op") == "cmd" and rec.get("f") == 0 and name in ("unreg_sba", "unreg_ieq"):
+        seen[name] = rec.get("ret")
+ok = seen.get("unreg_sba") == 0 and seen.get("unreg_ieq") == 0
+print(f"ism0's unregistrations in the trace: {seen or 'none'}")
+sys.exit(0 if ok else 1)
+PY
+    record_check function_unregistered $? "the device saw ism0's SBA and event queue unregistered (trace)" || ok=1
+    return $ok
 }
 
 # Seconds guest a may take, after guest b was killed, to see its connection abort. Without
@@ -137,6 +178,11 @@ for topo in "${topologies[@]}"; do
             run_pair $TESTS || rc=1
             EMU_EXTRA=() ;;
         self) run_self || rc=1 ;;
+        api)
+            # The trace holds every command: the unload's unregistrations are checked there.
+            EMU_EXTRA=(--trace "$RUN_DIR/trace.jsonl")
+            run_api || rc=1
+            EMU_EXTRA=() ;;
         crash) run_crash || rc=1 ;;
         *) die "unknown topology '$topo'" ;;   # refused above
     esac
@@ -150,8 +196,10 @@ for topo in "${topologies[@]}"; do
         check_replay || rc=1
     fi
     if [ "$topo" != crash ]; then
+        # api: connections back to back, DMB reuses cannot show when zeroing happened
         python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" \
-            --result "$RUN_DIR/result.json" --checks "$RUN_DIR/checks.jsonl" || rc=1
+            --result "$RUN_DIR/result.json" --checks "$RUN_DIR/checks.jsonl" \
+            $([ "$topo" = api ] && echo --unpaced) || rc=1
     fi
     echo $((SECONDS - start)) >"$RUN_DIR/seconds"
     run_dirs+=("$RUN_DIR")

@@ -87,6 +87,22 @@ class DibsCheck(unittest.TestCase):
         self.assertEqual(state, "fail")
 
 
+class ZeroingVerdict(unittest.TestCase):
+    """--unpaced (the api topology): back-to-back connections leave every reuse
+    undecided; that alone is no contradiction, anything else still is."""
+
+    EV = {"release": 0, "hand-out": 0, "stale": 0, "undecided": 5}
+
+    def test_undecided_only_when_unpaced(self):
+        self.assertIsNone(check_e2e.zeroing_mismatch("release", "none", self.EV, True))
+        self.assertIn("says none", check_e2e.zeroing_mismatch("release", "none", self.EV, False))
+
+    def test_unpaced_still_catches_the_wrong_verdict(self):
+        self.assertIsNotNone(check_e2e.zeroing_mismatch("release", "hand-out", dict(self.EV, **{"hand-out": 1}), True))
+        self.assertIsNotNone(check_e2e.zeroing_mismatch("release", "stale", dict(self.EV, stale=1), True))
+        self.assertIsNone(check_e2e.zeroing_mismatch("release", "release", self.EV, False))
+
+
 class Points(unittest.TestCase):
     """The check as a test point: a skip carries its reason into checks.jsonl, and
     results.py makes it a KTAP SKIP and a JUnit <skipped>, not a pass."""

@@ -345,9 +345,9 @@ const char *smc_state_name(int state)
 	case 10: return "LISTEN";
 	case 20: return "PEERCLOSEWAIT1";
 	case 21: return "PEERCLOSEWAIT2";
-	case 22: return "APPFINCLOSEWAIT";
-	case 23: return "APPCLOSEWAIT1";
-	case 24: return "APPCLOSEWAIT2";
+	case 22: return "APPCLOSEWAIT1";
+	case 23: return "APPCLOSEWAIT2";
+	case 24: return "APPFINCLOSEWAIT";
 	case 25: return "PEERFINCLOSEWAIT";
 	case 26: return "PEERABORTWAIT";
 	case 27: return "PROCESSABORT";
