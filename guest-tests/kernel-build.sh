@@ -97,17 +97,24 @@ publish_kernel() {
 
 # collect_gcov DIR: what turns a GCOV=1 guest's counters into a report, kept with the
 # kernel because the shared object tree moves on to other variants: the .gcno files of
-# the profiled folders (DIR/obj/<path>) and their sources (DIR/src/<path>).
+# the profiled folders' objects in THIS build (DIR/obj/<path>) and their sources
+# (DIR/src/<path>). This build's objects are those of the modules modules.order names
+# (each module's .mod lists them): the tree also holds the objects of other variants,
+# e.g. smc_loopback.o of VARIANT=loopback, which this kernel does not have.
 collect_gcov() {
-    local dir="$1" d f n=0
-    for d in net/smc drivers/s390/net drivers/dibs; do
-        [ -d "$OBJ/$d" ] || continue
-        mkdir -p "$dir/obj/$d" "$dir/src/$d"
-        for f in "$OBJ/$d"/*.gcno; do
-            [ -e "$f" ] || continue
-            cp "$f" "$dir/obj/$d/"
+    local dir="$1" d mod o n=0
+    while IFS= read -r mod; do
+        case "$mod" in net/smc/* | drivers/s390/net/* | drivers/dibs/*) ;; *) continue ;; esac
+        for o in $(cat "$OBJ/${mod%.o}.mod"); do
+            [ -f "$OBJ/${o%.o}.gcno" ] || continue
+            mkdir -p "$dir/obj/$(dirname "$o")"
+            cp "$OBJ/${o%.o}.gcno" "$dir/obj/$(dirname "$o")/"
             n=$((n + 1))
         done
+    done <"$OBJ/modules.order"
+    for d in net/smc drivers/s390/net drivers/dibs; do
+        [ -d "$SRC/$d" ] || continue
+        mkdir -p "$dir/src/$d"
         cp "$SRC/$d"/*.[ch] "$dir/src/$d/"
     done
     [ "$n" -gt 0 ] || die "a GCOV kernel without .gcno files in its profiled folders"
