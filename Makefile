@@ -100,7 +100,7 @@ qemu-smoke: images ## the QEMU patches against a logging stub, the series' qtest
 	qemu-configs/tests/pcistb-smoke.sh
 
 # The end-to-end suite on the selected kernel line and variant.
-e2e: images emulator ## the end-to-end suite: two guests, one guest to itself, a guest killed mid-stream, the socket API
+e2e: images emulator ## the end-to-end suite: two guests, one guest to itself, a guest killed mid-stream, the socket API, SMC-Dv1, VLAN
 	scripts/e2e.sh
 
 # The negative controls: the observer must see what each kernel variant does.

@@ -19,6 +19,11 @@ The SMC-D version each connection negotiated is read from the CLC handshake on t
 wire (the guests' TCP traffic, captured by QEMU's filter-dump into <guest>.net.pcap):
 the version nibble of the CLC accept and confirm messages.
 
+With --expect-clc (the topologies v1 and vlan) each handshake is also read whole: what
+the proposal offered for v1 and v2, the version, GIDs, DMB tokens and CHID of the accept
+and confirm, held to the kernel's code and to the DMBs the host saw registered; with
+--vlan, the handshakes' 802.1Q tag and the functions' VLAN events too.
+
 On kernels with the dibs layer (6.18 on) each guest's /sys/class/dibs (its /init prints
 `ISMTEST: DIBS <name> gid=.. fabric_id=..`) must show the GID the emulator gave that
 guest's function (<guest>.function names it) and the emulator's CHID; on older kernels
@@ -188,8 +193,9 @@ CLC_EYECATCHERS = (b"\xe2\xd4\xc3\xd9", b"\xe2\xd4\xc3\xc4")
 CLC_TYPES = {1: "proposal", 2: "accept", 3: "confirm", 4: "decline"}
 
 
-def pcap_tcp_payloads(path):
-    """Yields (src, sport, dst, dport, payload) for each IPv4 TCP segment with data."""
+def pcap_tcp_payloads(path, with_vlan=False):
+    """Yields (src, sport, dst, dport, payload) for each IPv4 TCP segment with data, plus
+    the frame's 802.1Q VLAN id (None: untagged) as a sixth item when with_vlan."""
     data = path.read_bytes()
     if len(data) < 24:
         return
@@ -208,9 +214,14 @@ def pcap_tcp_payloads(path):
         caplen = struct.unpack(end + "I", data[off + 8:off + 12])[0]
         frame = data[off + 16:off + 16 + caplen]
         off += 16 + caplen
-        if len(frame) < 14 + 20 or frame[12:14] != b"\x08\x00":
+        # A guest's VLAN interface tags its frames in software: the tag is on the wire.
+        vlan, l3 = None, 14
+        if frame[12:14] == b"\x81\x00" and len(frame) >= 18:
+            vlan = struct.unpack(">H", frame[14:16])[0] & 0x0FFF
+            l3 = 18
+        if len(frame) < l3 + 20 or frame[l3 - 2:l3] != b"\x08\x00":
             continue
-        ip = frame[14:]
+        ip = frame[l3:]
         ihl = (ip[0] & 0x0F) * 4
         if ip[0] >> 4 != 4 or ip[9] != 6 or len(ip) < ihl + 20:
             continue
@@ -224,32 +235,87 @@ def pcap_tcp_payloads(path):
             src = ".".join(str(b) for b in ip[12:16])
             dst = ".".join(str(b) for b in ip[16:20])
             sport, dport = struct.unpack(">HH", tcp[:4])
-            yield src, sport, dst, dport, payload
+            yield (src, sport, dst, dport, payload) + ((vlan,) if with_vlan else ())
 
 
-def clc_versions(run_dir):
-    """{connection (client ip:port>server ip:port): {"accept": v, "confirm": v, ...}} from
-    the first guest capture that has CLC messages (every guest sees the same handshakes).
-    The key is the whole 4-tuple: a client port alone is not a connection, as the kernel
-    may give two connections to different servers the same port (seen in a run: seq and
-    concurrent each had a connection from 10.0.0.2:39832)."""
+# The SMC type of each version a proposal offers (net/smc/smc_clc.h SMC_TYPE_*).
+CLC_SMC_TYPES = {0: "R", 1: "D", 2: "N", 3: "B"}
+
+
+def clc_fields(payload):
+    """The fields of one CLC message (net/smc/smc_clc.h, big-endian) that say what was
+    offered and accepted: every message has kind and version; a proposal the SMC types it
+    offers for v1 and v2 (typev1, typev2: R, D, N or B), its SMC-Dv1 GID and CHID (zero
+    when it offers no SMC-Dv1), its IPv4 prefix (v1 only), the SMC-Dv2 GID/CHID list,
+    the number of user EIDs and whether it carries the system EID; an SMC-D accept or
+    confirm the sender's GID, its DMB token, the link id and, in v2, the CHID. None if
+    the payload is no CLC message."""
+    if len(payload) < 8 or payload[:4] not in CLC_EYECATCHERS or payload[4] not in CLC_TYPES:
+        return None
+    kind, b7 = CLC_TYPES[payload[4]], payload[7]
+    out = {"kind": kind, "version": b7 >> 4}
+    if kind == "proposal":
+        # struct smc_clc_msg_proposal (40 bytes), then struct smc_clc_msg_smcd (40).
+        out["typev1"] = CLC_SMC_TYPES[b7 & 3]
+        out["typev2"] = CLC_SMC_TYPES[(b7 >> 2) & 3]
+        if len(payload) >= 52:
+            out["gid"], out["chid"], v2_off = struct.unpack(">QHH", payload[40:52])
+            if out["typev1"] in ("D", "B") and len(payload) >= 88:
+                mask, plen = struct.unpack(">IB", payload[80:85])
+                out["prefix"] = f"{'.'.join(str(b) for b in payload[80:84])}/{plen}"
+            out["v2_gidchids"] = []
+            v2 = 52 + v2_off
+            if v2_off and out["typev2"] in ("D", "B") and len(payload) >= v2 + 8:
+                eid_cnt, gid_cnt, _, flag, smcd_off = struct.unpack(">BBBBxxH", payload[v2:v2 + 8])
+                out["ueids"] = eid_cnt
+                out["seid"] = bool(flag & 0x01)   # struct smc_clc_v2_flag: release:4, rsvd:3, seid:1
+                # struct smc_clc_smcd_v2_extension: system EID (32), reserved (16), list.
+                lst = v2 + 8 + smcd_off + 48
+                for i in range(gid_cnt):
+                    if len(payload) >= lst + 10 * (i + 1):
+                        out["v2_gidchids"].append(struct.unpack(">QH", payload[lst + 10 * i:lst + 10 * i + 10]))
+    elif kind in ("accept", "confirm") and payload[:4] == CLC_EYECATCHERS[1] and len(payload) >= 32:
+        # struct smcd_clc_msg_accept_confirm_common, then (v2) the CHID.
+        out["gid"], out["token"] = struct.unpack(">QQ", payload[8:24])
+        out["linkid"] = struct.unpack(">I", payload[28:32])[0]
+        if out["version"] >= 2 and len(payload) >= 34:
+            out["chid"] = struct.unpack(">H", payload[32:34])[0]
+    return out
+
+
+def clc_handshakes(run_dir):
+    """{connection (client ip:port>server ip:port): {kind: clc_fields, "vlan": id or
+    None}} from the first guest capture that has CLC messages (every guest sees the
+    same handshakes). The key is the whole 4-tuple: a client port alone is not a
+    connection, as the kernel may give two connections to different servers the same
+    port (seen in a run: seq and concurrent each had a connection from 10.0.0.2:39832)."""
     for pcap in sorted(run_dir.glob("*.net.pcap")):
         conns = {}
-        for src, sport, dst, dport, payload in pcap_tcp_payloads(pcap):
-            if len(payload) < 8 or payload[:4] not in CLC_EYECATCHERS:
-                continue
-            kind = CLC_TYPES.get(payload[4])
-            if kind is None:
+        for src, sport, dst, dport, payload, vlan in pcap_tcp_payloads(pcap, with_vlan=True):
+            msg = clc_fields(payload)
+            if msg is None:
                 continue
             # The client is the side that sends the proposal and the confirm.
-            if kind in ("proposal", "confirm"):
+            if msg["kind"] in ("proposal", "confirm"):
                 conn = f"{src}:{sport}>{dst}:{dport}"
             else:
                 conn = f"{dst}:{dport}>{src}:{sport}"
-            conns.setdefault(conn, {})[kind] = payload[7] >> 4
+            conns.setdefault(conn, {"vlan": vlan})[msg["kind"]] = msg
         if conns:
             return conns
     return {}
+
+
+def versions_of(handshakes):
+    """{connection: {"accept": v, "confirm": v, ...}}: the version nibble of each CLC
+    message of each connection's handshake (as clc_handshakes gives them)."""
+    return {conn: {k: m["version"] for k, m in msgs.items() if k != "vlan"}
+            for conn, msgs in handshakes.items()}
+
+
+def clc_versions(run_dir):
+    """versions_of the run's handshakes (clc_handshakes)."""
+    return versions_of(clc_handshakes(run_dir))
 
 
 def version_label(conns):
@@ -320,6 +386,96 @@ def zeroing_mismatch(expected, verdict, evidence, unpaced):
     return f"the host's view says {verdict}, the kernel should show {expected}"
 
 
+# ---- what each connection negotiated, against the kernel's code and the host ----------
+def check_negotiation(conns, expect, vlan, snapshot, events):
+    """(ok, notes): each handshake to a server port in `expect` ({port: SMC-D version})
+    against what the kernel's code decides there (docs/testing.md, topologies v1 and
+    vlan): the client proposed SMC-D for v1 and for v2 with its own function's GID; the
+    server accepted, and the client confirmed, the expected version; a v2 accept names
+    the emulator's CHID; the accept's and the confirm's DMB tokens are DMBs the host saw
+    registered by the function whose GID the message names, and carrying a connection;
+    with `vlan`, the handshake crossed the wire tagged with that VLAN id."""
+    ok, notes = True, []
+    try:
+        chid = int(snapshot["chid"], 16)
+        by_gid = {int(f["gid"], 16): f["name"] for f in snapshot["functions"]}
+    except (KeyError, TypeError, ValueError) as e:
+        return False, [f"the emulator's snapshot has no CHID and function GIDs ({e})"]
+    registered = {}   # token -> function that registered it
+    used = set()      # tokens a connection was opened on
+    for e in events:
+        tok = int(e["token"], 16) if e.get("token") else None
+        if e.get("kind") == "dmb_registered":
+            registered[tok] = e.get("function")
+        elif e.get("kind") == "conn_opened":
+            used.add(tok)
+    seen = {port: 0 for port in expect}
+    for conn, msgs in sorted(conns.items()):
+        port = int(conn.rsplit(":", 1)[1])
+        if port not in expect:
+            continue
+        seen[port] += 1
+        want, bad = expect[port], []
+        prop, acc, conf = msgs.get("proposal"), msgs.get("accept"), msgs.get("confirm")
+        if not prop or not acc or not conf:
+            ok = False
+            notes.append(f"{conn}: incomplete handshake on the wire: {sorted(k for k in msgs if k != 'vlan')}")
+            continue
+        if (prop["typev1"], prop["typev2"]) not in (("D", "D"), ("B", "B"), ("D", "B"), ("B", "D")):
+            bad.append(f"proposal offers v1 {prop['typev1']} v2 {prop['typev2']}, expected SMC-D in both")
+        if by_gid.get(prop.get("gid")) is None:
+            bad.append(f"the proposal's SMC-Dv1 GID {prop.get('gid', 0):#018x} is no function's")
+        for m in (acc, conf):
+            if m["version"] != want:
+                bad.append(f"{m['kind']} is v{m['version']}, expected v{want}")
+            fn = by_gid.get(m.get("gid"))
+            if fn is None:
+                bad.append(f"{m['kind']} names GID {m.get('gid', 0):#018x}, no function's")
+            elif registered.get(m.get("token")) != fn:
+                bad.append(f"{m['kind']}'s DMB {m.get('token', 0):#x} was not registered by {fn} "
+                           f"(the host saw it from {registered.get(m.get('token'))})")
+            elif m.get("token") not in used:
+                bad.append(f"{m['kind']}'s DMB {m['token']:#x} of {fn} carried no connection")
+        if conf.get("gid") != prop.get("gid"):
+            bad.append("the confirm's GID is not the one the client proposed")
+        if acc.get("gid") == conf.get("gid"):
+            bad.append("accept and confirm name the same GID")
+        if want >= 2 and acc.get("chid") != chid:
+            bad.append(f"the v2 accept names CHID {acc.get('chid', 0):#06x}, the emulator's is {chid:#06x}")
+        if vlan is not None and msgs.get("vlan") != vlan:
+            bad.append(f"the handshake crossed the wire on VLAN {msgs.get('vlan')}, expected {vlan}")
+        if bad:
+            ok = False
+            notes += [f"{conn}: {b}" for b in bad]
+        else:
+            chids = f" CHID {acc['chid']:#06x}" if want >= 2 else ""
+            notes.append(f"{conn}{f' vlan {vlan}' if vlan is not None else ''}: proposal v1 {prop['typev1']} "
+                         f"v2 {prop['typev2']} (GID {prop['gid']:#018x}{', prefix ' + prop['prefix'] if 'prefix' in prop else ''}"
+                         f"{', ' + str(prop.get('ueids', 0)) + ' UEID(s), SEID ' + ('on' if prop.get('seid') else 'off') if 'ueids' in prop else ''}); "
+                         f"accept v{acc['version']}{chids} by {by_gid[acc['gid']]} DMB {acc['token']:#x}, "
+                         f"confirm by {by_gid[conf['gid']]} DMB {conf['token']:#x}")
+    for port, n in seen.items():
+        if not n:
+            ok = False
+            notes.append(f"no CLC handshake to port {port} on the wire")
+    return ok, notes
+
+
+def check_vlan_events(vlan, events, functions):
+    """(ok, notes): every function in `functions` registered VLAN `vlan` with the device
+    (a vlan_added event) and released it again afterwards (vlan_deleted)."""
+    ok, notes = True, []
+    for fn in sorted(functions):
+        kinds = [e["kind"] for e in events if e.get("function") == fn and e.get("vlan_id") == vlan
+                 and e.get("kind") in ("vlan_added", "vlan_deleted")]
+        if kinds[:1] == ["vlan_added"] and kinds[-1:] == ["vlan_deleted"]:
+            notes.append(f"{fn}: VLAN {vlan} {' then '.join(kinds)}")
+        else:
+            ok = False
+            notes.append(f"{fn}: VLAN {vlan} events {kinds or 'none'}, expected vlan_added ... vlan_deleted")
+    return ok, notes
+
+
 # The run's test points, in report order (scripts/results.py turns them into KTAP and
 # JUnit): each fails with the messages given to `fail`.
 CHECKS = {
@@ -333,7 +489,12 @@ CHECKS = {
     "observer_zeroing": "the host's view of released DMBs matches what the kernel does",
     "clc_on_wire": "each connection's CLC handshake is on the wire",
     "dibs_matches_host": "each guest's /sys/class/dibs shows its function's GID and the CHID (6.18+)",
+    # Only with --expect-clc / --vlan (the topologies v1 and vlan):
+    "clc_negotiated": "each connection offered SMC-Dv1 and v2 and agreed on the version the kernel's code decides, "
+                      "on DMBs the host saw registered by the functions the CLC messages name",
+    "vlan_on_device": "each function registered the VLAN with the device and released it",
 }
+OPTIONAL_CHECKS = {"clc_negotiated": "expect_clc", "vlan_on_device": "vlan"}
 
 
 def main():
@@ -346,7 +507,17 @@ def main():
                     help="connections come back to back (api topology): undecided reuses are no contradiction")
     ap.add_argument("--checks", type=pathlib.Path,
                     help="append the run's test points here, one JSON object a line")
+    ap.add_argument("--expect-clc", action="append", default=[], metavar="PORT=VERSION",
+                    help="the SMC-D version connections to server port PORT must agree on (with the "
+                         "v1 and v2 offer, the GIDs and DMBs checked against the host: check_negotiation)")
+    ap.add_argument("--vlan", type=int,
+                    help="the handshakes must cross the wire on this VLAN, and every function must "
+                         "register it with the device and release it")
     args = ap.parse_args()
+    try:
+        expect_clc = {int(p): int(v) for p, v in (x.split("=", 1) for x in args.expect_clc)}
+    except ValueError:
+        ap.error("--expect-clc takes PORT=VERSION")
     errors = []
     failed = {name: [] for name in CHECKS}
     notes = {name: [] for name in CHECKS}
@@ -481,10 +652,11 @@ def main():
                                          "only stale reuses and late zeroing checked")
 
     try:
-        clc = clc_versions(args.run_dir)
+        handshakes = clc_handshakes(args.run_dir)
     except (OSError, ValueError) as e:
         fail("clc_on_wire", f"cannot read the network capture: {e}")
-        clc = {}
+        handshakes = {}
+    clc = versions_of(handshakes)
     version = version_label(clc)
     smcd_conns = sum(int(f.get("smcd", 0)) for _, f in rows if f.get("side") == "client")
     fallbacks = sum(int(f.get("fallback", 0)) for _, f in rows if f.get("side") == "client")
@@ -494,6 +666,20 @@ def main():
     two_guests = len({guest for guest, _ in rows}) >= 2
     if two_guests and client_conns and list(args.run_dir.glob("*.net.pcap")) and len(clc) < client_conns:
         fail("clc_on_wire", f"{len(clc)} CLC handshake(s) on the wire for {client_conns} connection(s)")
+    def outcome(check, label, ok, lines):
+        """Prints a check's lines; they are its notes if it passed, its failures if not."""
+        for n in lines:
+            print(f"{label}: {n}")
+            if ok:
+                notes[check].append(n)
+            else:
+                fail(check, n)
+
+    if expect_clc:
+        outcome("clc_negotiated", "clc", *check_negotiation(handshakes, expect_clc, args.vlan, snap, events))
+    if args.vlan is not None:
+        functions = {g["function"] for g in guest_dibs(args.run_dir).values() if g["function"]}
+        outcome("vlan_on_device", "vlan", *check_vlan_events(args.vlan, events, functions))
     dibs, dibs_notes = check_dibs(release, guest_dibs(args.run_dir), snap)
     for n in dibs_notes:
         print(f"dibs: {n}")
@@ -525,6 +711,8 @@ def main():
     if args.checks:
         with args.checks.open("a") as out:
             for name, what in CHECKS.items():
+                if name in OPTIONAL_CHECKS and getattr(args, OPTIONAL_CHECKS[name]) in (None, []):
+                    continue   # not asked for in this run
                 point = {"name": name, "ok": not failed[name], "what": what,
                          "diag": notes[name] + failed[name]}
                 if name in skipped:   # the check does not apply to this kernel: why

@@ -4,7 +4,7 @@
 # counters to the host at its end, and scripts/coverage.py merges them into one table,
 # build/coverage/summary.json and an HTML report. Two columns, from the same commit:
 #   emulated-ism   the suites `make test` runs on the default line, over the emulated ISM
-#                  between two guests (and a guest to itself): e2e (two, self, crash),
+#                  between two guests (and a guest to itself): e2e (two, self, crash, v1, vlan),
 #                  every fault scenario, the receive livelock's stock half, the seed
 #                  experiment's connection loop;
 #   loopback-ism   the anchor: the same guest programs (smcsuite's tests) on one guest

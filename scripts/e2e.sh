@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end suite: unmodified guest kernels run SMC-D over the emulated ISM device.
 #
-# Usage: scripts/e2e.sh [TOPOLOGY...]      (default: two self crash api)
+# Usage: scripts/e2e.sh [TOPOLOGY...]      (default: two self crash api v1 vlan)
 #   two    two guests, one emulator process: guest a (10.0.0.1) serves, guest b
 #          (10.0.0.2) connects; the TCP handshake crosses a QEMU socket netdev
 #   self   one guest talking to itself through its own ISM function
@@ -12,6 +12,12 @@
 #          options, ioctls, peek, urgent data, splice, shutdown, non-blocking, fallback,
 #          IPPROTO_SMC, netlink, PNET table, sysctls), then the guest removes its modules
 #          (ismtest.unload=1): the ism driver must unregister its SBA and event queue
+#   v1     SMC-Dv1: two guests whose NIC and ISM function share a PNET ID (net/smc's
+#          software PNET table, guest-tests/progs/smcconf): the client proposes v1 and v2;
+#          with no common EID the server accepts v1, with the default EIDs v2
+#   vlan   the same over an 802.1Q interface (VLAN 39) on both guests: the handshakes
+#          tagged on the wire, each function registers VLAN 39 with the device and,
+#          when the guest unloads smc, releases it
 # Environment: KERNEL (5.10 | 6.1 | 6.12 | 7.2 | 7.3), VARIANT (stock | prezero | nozero), TESTS (the
 # smcsuite tests, default "echo stream seq concurrent"), GUEST_TIMEOUT (s, default 600),
 # E2E_DIR (logs, default build/e2e), RESULTS_DIR and RESULTS_NAME (the KTAP and JUnit
@@ -27,8 +33,8 @@ source "$REPO_ROOT/scripts/topology.sh"
 
 help_and_no_options "$@"
 topologies=("$@")
-[ ${#topologies[@]} -gt 0 ] || topologies=(two self crash api)
-for topo in "${topologies[@]}"; do one_of topology "$topo" two self crash api; done
+[ ${#topologies[@]} -gt 0 ] || topologies=(two self crash api v1 vlan)
+for topo in "${topologies[@]}"; do one_of topology "$topo" two self crash api v1 vlan; done
 check_kernel_selection
 need_packages guests   # python3: check_e2e.py
 E2E_DIR="${E2E_DIR:-$BUILD_DIR/e2e}"
@@ -80,6 +86,27 @@ print(f"ism0's unregistrations in the trace: {seen or 'none'}")
 sys.exit(0 if ok else 1)
 PY
     record_check function_unregistered $? "the device saw ism0's SBA and event queue unregistered (trace)" || ok=1
+    return $ok
+}
+
+# The VLAN of the topology vlan, and the ports of guest-tests/progs/smcv1's two phases with
+# the SMC-D version each must agree on (from the kernel's code: smcv1's header).
+V1_VLAN=39
+V1_EXPECT=(--expect-clc 12345=1 --expect-clc 12346=2)
+
+# run_v1 [VLAN]: guest a serves, guest b connects, both run smcv1 (over VLAN if given).
+run_v1() {
+    local vlan="${1:-}" a_args=(server 10.0.0.1) b_args=(client 10.0.0.1)
+    if [ -n "$vlan" ]; then
+        a_args=(server "10.0.$vlan.1" "$vlan" "10.0.$vlan.1/24")
+        b_args=(client "10.0.$vlan.1" "$vlan" "10.0.$vlan.2/24")
+    fi
+    emu_start 2
+    guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcv1 "${a_args[@]}"
+    guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcv1 "${b_args[@]}"
+    local ok=0
+    guest_wait a || ok=1
+    guest_wait b || ok=1
     return $ok
 }
 
@@ -184,6 +211,8 @@ for topo in "${topologies[@]}"; do
             run_api || rc=1
             EMU_EXTRA=() ;;
         crash) run_crash || rc=1 ;;
+        v1) run_v1 || rc=1 ;;
+        vlan) run_v1 "$V1_VLAN" || rc=1 ;;
         *) die "unknown topology '$topo'" ;;   # refused above
     esac
     observe json >"$RUN_DIR/snapshot.json" 2>>"$RUN_DIR/emulator.log" && st=0 || st=$?
@@ -196,10 +225,15 @@ for topo in "${topologies[@]}"; do
         check_replay || rc=1
     fi
     if [ "$topo" != crash ]; then
-        # api: connections back to back, DMB reuses cannot show when zeroing happened
+        expect=()
+        case "$topo" in
+            v1) expect=("${V1_EXPECT[@]}") ;;
+            vlan) expect=("${V1_EXPECT[@]}" --vlan "$V1_VLAN") ;;
+            # connections back to back: DMB reuses cannot show when zeroing happened
+            api) expect=(--unpaced) ;;
+        esac
         python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" \
-            --result "$RUN_DIR/result.json" --checks "$RUN_DIR/checks.jsonl" \
-            $([ "$topo" = api ] && echo --unpaced) || rc=1
+            --result "$RUN_DIR/result.json" --checks "$RUN_DIR/checks.jsonl" ${expect[@]+"${expect[@]}"} || rc=1
     fi
     echo $((SECONDS - start)) >"$RUN_DIR/seconds"
     run_dirs+=("$RUN_DIR")

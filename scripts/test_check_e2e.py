@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""check_e2e.py's dibs check and CLC count (make unit): a guest's /sys/class/dibs against
-the host; each connection's CLC handshake counted once from a capture.
+"""check_e2e.py's dibs check, CLC count and CLC negotiation (make unit): a guest's
+/sys/class/dibs against the host; each connection's CLC handshake counted once from a
+capture; what a handshake offered and agreed on, against the kernel's code and the host.
 
 The inputs are what a run leaves: the guests' console lines (`ISMTEST: BOOTED`,
 `ISMTEST: DIBS`), <guest>.function and the emulator's snapshot. The check must pass on
@@ -10,6 +11,7 @@ reason) on a kernel without the dibs layer."""
 import json
 import os
 import pathlib
+import struct
 import subprocess
 import sys
 import tempfile
@@ -138,16 +140,16 @@ class Points(unittest.TestCase):
         self.assertRegex(ktap, r"\n    not ok \d+ dibs_matches_host\n")
 
 
-def pcap(frames):
+def pcap(frames, vlan=None):
     """A little-endian Ethernet pcap of IPv4/TCP frames given as (src, sport, dst, dport,
-    payload)."""
-    import struct
+    payload), tagged with 802.1Q VLAN `vlan` if given."""
     out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
     for src, sport, dst, dport, payload in frames:
         tcp = struct.pack(">HHIIBBHHH", sport, dport, 0, 0, 5 << 4, 0x18, 65535, 0, 0) + payload
         ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0, 64, 6, 0,
                          bytes(map(int, src.split("."))), bytes(map(int, dst.split("."))))
-        frame = b"\x02" * 12 + b"\x08\x00" + ip + tcp
+        tag = b"" if vlan is None else b"\x81\x00" + struct.pack(">H", 0x2000 | vlan)
+        frame = b"\x02" * 12 + tag + b"\x08\x00" + ip + tcp
         out += struct.pack("<IIII", 0, 0, len(frame), len(frame)) + frame
     return out
 
@@ -178,6 +180,146 @@ class ClcOnWire(unittest.TestCase):
     def test_a_handshake_is_one_connection(self):
         conns = self.count(self.handshake(40000, 12345))
         self.assertEqual(conns, {"10.0.0.2:40000>10.0.0.1:12345": {"proposal": 2, "accept": 2, "confirm": 2}})
+
+
+
+# ---- whole CLC messages, laid out as net/smc/smc_clc.h has them (big-endian) ----------
+EYE_D = b"\xe2\xd4\xc3\xc4"
+GID_A, GID_B = 0x12340049534D0001, 0x12340049534D0002
+
+
+def proposal(gid, v1=True, v2=True, ueids=(), seid=True, chid=0x1234):
+    """A Linux client's proposal: SMC-Dv1 (its GID/CHID and the IPv4 prefix 10.0.0.0/24)
+    if v1, the v2 extension (UEIDs, the SEID flag, no extra GID/CHID entries) if v2."""
+    smcd_types = (1 if v1 else 2) | ((1 if v2 else 2) << 2)
+    body = bytes(30) + struct.pack(">H", 40 if v1 else 0)
+    v2_off = 28 + (8 if v1 else 0) if v2 else 0
+    body += struct.pack(">QHH", gid if v1 else 0, chid if v1 else 0, v2_off) + bytes(28)
+    if v1:
+        body += bytes([10, 0, 0, 0, 24, 0, 0, 0])
+    if v2:
+        body += struct.pack(">BBBBxxH", len(ueids), 0, 0, 0x10 | int(seid), 32 + 32 * len(ueids)) + bytes(32)
+        body += b"".join(u.ljust(32).encode() for u in ueids)
+        body += b"SEID".ljust(32) + bytes(16)
+    body += EYE_D
+    return EYE_D + bytes([1]) + struct.pack(">H", 8 + len(body)) + bytes([0x20 | smcd_types]) + body
+
+
+def accept_confirm(kind, version, gid, token, chid=0x1234):
+    """An SMC-D accept (2) or confirm (3): GID, DMB token, link id; the CHID in v2."""
+    body = struct.pack(">QQBBHI", gid, token, 0, 0x10, 0, 0x0A0B0C0D)
+    body += (struct.pack(">H", chid) + bytes(32 + 8)) if version == 2 else bytes(12)
+    body += EYE_D
+    return EYE_D + bytes([kind]) + struct.pack(">H", 8 + len(body)) + bytes([version << 4 | 0x01]) + body
+
+
+NEG_SNAPSHOT = {"chid": "0x1234", "dmbs": [], "functions": [
+    {"name": "ism0", "gid": f"{GID_A:#018x}"}, {"name": "ism1", "gid": f"{GID_B:#018x}"}]}
+
+
+def host_events(*dmbs):
+    """The event stream of a run in which each (function, token) registered a DMB that
+    carried a connection."""
+    out = []
+    for fn, token in dmbs:
+        out.append({"kind": "dmb_registered", "function": fn, "token": hex(token)})
+        out.append({"kind": "conn_opened", "function": fn, "token": hex(token)})
+    return out
+
+
+class ClcNegotiation(unittest.TestCase):
+    """What a handshake offered and agreed on, read from the wire and held to the kernel's
+    code (the topologies v1 and vlan) and to the host's DMBs."""
+
+    def handshakes(self, version, port=12345, vlan=None, prop=None, acc_gid=GID_A):
+        c, s = "10.0.0.2", "10.0.0.1"
+        frames = [(c, 40000, s, port, prop or proposal(GID_B)),
+                  (s, port, c, 40000, accept_confirm(2, version, acc_gid, 0x100000000)),
+                  (c, 40000, s, port, accept_confirm(3, version, GID_B, 0x200000000))]
+        with tempfile.TemporaryDirectory() as d:
+            (pathlib.Path(d) / "a.net.pcap").write_bytes(pcap(frames, vlan))
+            return check_e2e.clc_handshakes(pathlib.Path(d))
+
+    EVENTS = host_events(("ism0", 0x100000000), ("ism1", 0x200000000))
+
+    def test_fields_of_a_v1_and_v2_proposal(self):
+        m = check_e2e.clc_fields(proposal(GID_B, ueids=("ISMEMU-CLIENT",), seid=False))
+        self.assertEqual((m["kind"], m["version"], m["typev1"], m["typev2"]), ("proposal", 2, "D", "D"))
+        self.assertEqual((m["gid"], m["chid"], m["prefix"]), (GID_B, 0x1234, "10.0.0.0/24"))
+        self.assertEqual((m["ueids"], m["seid"], m["v2_gidchids"]), (1, False, []))
+
+    def test_fields_of_a_v2_only_proposal(self):
+        m = check_e2e.clc_fields(proposal(GID_B, v1=False))
+        self.assertEqual((m["typev1"], m["typev2"], m["gid"], m["chid"]), ("N", "D", 0, 0))
+        self.assertNotIn("prefix", m)
+        self.assertTrue(m["seid"])
+
+    def test_fields_of_accepts(self):
+        v1 = check_e2e.clc_fields(accept_confirm(2, 1, GID_A, 0x100000000))
+        self.assertEqual((v1["kind"], v1["version"], v1["gid"], v1["token"]), ("accept", 1, GID_A, 0x100000000))
+        self.assertNotIn("chid", v1)
+        v2 = check_e2e.clc_fields(accept_confirm(3, 2, GID_B, 0x200000000, chid=0x4321))
+        self.assertEqual((v2["kind"], v2["chid"], v2["linkid"]), ("confirm", 0x4321, 0x0A0B0C0D))
+        self.assertIsNone(check_e2e.clc_fields(b"GET / HTTP/1.1\r\n"))
+
+    def test_expected_versions_pass(self):
+        for version in (1, 2):
+            with self.subTest(version=version):
+                ok, notes = check_e2e.check_negotiation(
+                    self.handshakes(version), {12345: version}, None, NEG_SNAPSHOT, self.EVENTS)
+                self.assertTrue(ok, notes)
+                self.assertIn(f"accept v{version}", notes[0])
+
+    def test_vlan_tag_is_read_and_held(self):
+        conns = self.handshakes(1, vlan=39)
+        self.assertEqual(next(iter(conns.values()))["vlan"], 39)
+        self.assertTrue(check_e2e.check_negotiation(conns, {12345: 1}, 39, NEG_SNAPSHOT, self.EVENTS)[0])
+        self.assertFalse(check_e2e.check_negotiation(conns, {12345: 1}, 40, NEG_SNAPSHOT, self.EVENTS)[0])
+        untagged = self.handshakes(1)
+        self.assertFalse(check_e2e.check_negotiation(untagged, {12345: 1}, 39, NEG_SNAPSHOT, self.EVENTS)[0])
+
+    def test_fails_on_each_wrong_fact(self):
+        cases = {
+            "other version": (self.handshakes(2), {12345: 1}, self.EVENTS, NEG_SNAPSHOT),
+            "no v1 offered": (self.handshakes(2, prop=proposal(GID_B, v1=False)), {12345: 2}, self.EVENTS, NEG_SNAPSHOT),
+            "no v2 offered": (self.handshakes(1, prop=proposal(GID_B, v2=False)), {12345: 1}, self.EVENTS, NEG_SNAPSHOT),
+            "no handshake to the port": (self.handshakes(1), {12346: 1}, self.EVENTS, NEG_SNAPSHOT),
+            "DMB of the other function": (self.handshakes(1), {12345: 1},
+                                          host_events(("ism1", 0x100000000), ("ism1", 0x200000000)), NEG_SNAPSHOT),
+            "DMB never registered": (self.handshakes(1), {12345: 1}, host_events(("ism1", 0x200000000)), NEG_SNAPSHOT),
+            "DMB carried nothing": (self.handshakes(1), {12345: 1},
+                                    [e for e in self.EVENTS if e["kind"] != "conn_opened" or e["function"] != "ism0"],
+                                    NEG_SNAPSHOT),
+            "unknown GID": (self.handshakes(1, acc_gid=0x99), {12345: 1}, self.EVENTS, NEG_SNAPSHOT),
+            "other CHID": (self.handshakes(2), {12345: 2}, self.EVENTS, dict(NEG_SNAPSHOT, chid="0x4321")),
+            "no snapshot": (self.handshakes(1), {12345: 1}, self.EVENTS, {}),
+        }
+        for what, (conns, expect, events, snap) in cases.items():
+            with self.subTest(what):
+                ok, notes = check_e2e.check_negotiation(conns, expect, None, snap, events)
+                self.assertFalse(ok, notes)
+
+
+class VlanEvents(unittest.TestCase):
+    def ev(self, fn, kind, vlan=39):
+        return {"function": fn, "kind": kind, "vlan_id": vlan}
+
+    def test_added_then_deleted_on_each_function(self):
+        events = [self.ev("ism0", "vlan_added", 0x1FFF), self.ev("ism0", "vlan_added"),
+                  self.ev("ism1", "vlan_added"), self.ev("ism1", "vlan_deleted"), self.ev("ism0", "vlan_deleted")]
+        ok, notes = check_e2e.check_vlan_events(39, events, {"ism0", "ism1"})
+        self.assertTrue(ok, notes)
+
+    def test_fails_without_release_or_registration(self):
+        cases = {
+            "never released": [self.ev("ism0", "vlan_added"), self.ev("ism1", "vlan_added"),
+                               self.ev("ism1", "vlan_deleted")],
+            "only the reserved id": [self.ev(f, "vlan_added", 0x1FFF) for f in ("ism0", "ism1")],
+            "released first": [self.ev(f, k) for f in ("ism0", "ism1") for k in ("vlan_deleted", "vlan_added")],
+        }
+        for what, events in cases.items():
+            with self.subTest(what):
+                self.assertFalse(check_e2e.check_vlan_events(39, events, {"ism0", "ism1"})[0])
 
 
 if __name__ == "__main__":

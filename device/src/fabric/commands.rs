@@ -8,7 +8,7 @@ use crate::ism::status::{Event, EventType, Ieq, Sba, IEQ_LEN, SBA_LEN};
 use crate::ism::wire::MAX_VLAN_IDS;
 use crate::ism::{MAX_DMB_LEN, MOVE_WINDOW_SHIFT};
 
-use super::{Fabric, FabricState, Record};
+use super::{Fabric, FabricState, Record, VlanChange};
 
 /// Tokens are `n << 32` with `1 <= n < 2^(MOVE_WINDOW_SHIFT - 32)`.
 const MAX_TOKEN_INDEX: u64 = (1 << (MOVE_WINDOW_SHIFT - 32)) - 1;
@@ -79,19 +79,26 @@ impl Fabric {
                 if f.vlans.len() >= MAX_VLAN_IDS && !f.vlans.contains(&vlan) {
                     return Err(CommandError::VlanTableFull);
                 }
-                f.vlans.insert(vlan);
+                if f.vlans.insert(vlan) {
+                    self.events
+                        .vlan_changed(&f.name, f.gid, VlanChange::Added(vlan));
+                }
                 Ok(Response::Empty)
             }
             Command::DelVlanId(vlan) => {
-                f.vlans.remove(&vlan);
+                if f.vlans.remove(&vlan) {
+                    self.events
+                        .vlan_changed(&f.name, f.gid, VlanChange::Deleted(vlan));
+                }
                 Ok(Response::Empty)
             }
-            Command::SetVlan => {
-                f.vlan_required = true;
-                Ok(Response::Empty)
-            }
-            Command::ResetVlan => {
-                f.vlan_required = false;
+            Command::SetVlan | Command::ResetVlan => {
+                let required = matches!(cmd, Command::SetVlan);
+                if f.vlan_required != required {
+                    f.vlan_required = required;
+                    self.events
+                        .vlan_changed(&f.name, f.gid, VlanChange::Required(required));
+                }
                 Ok(Response::Empty)
             }
             Command::QueryInfo => {
@@ -374,6 +381,44 @@ mod tests {
         assert_eq!(full, Err(CommandError::VlanTableFull));
         let again = rig.fabric.execute(0, Command::AddVlanId(5));
         assert_eq!(again, Ok(Response::Empty), "a known id fits");
+    }
+
+    #[test]
+    fn the_host_sees_each_vlan_change_once() {
+        let rig = Rig::new(2);
+        let vlan_calls = || -> Vec<String> {
+            let calls = rig.sink.calls().into_iter();
+            calls.filter(|c| c.starts_with("vlan ")).collect()
+        };
+        let ok = Ok(Response::Empty);
+        // As net/smc does it: the connection's VLAN (refcounted by the guest, but a
+        // repeated ADD reaches the device when the count went to zero in between) ...
+        assert_eq!(rig.fabric.execute(1, Command::AddVlanId(39)), ok);
+        assert_eq!(rig.fabric.execute(1, Command::AddVlanId(39)), ok);
+        assert_eq!(rig.fabric.execute(1, Command::SetVlan), ok);
+        assert_eq!(rig.fabric.execute(1, Command::SetVlan), ok);
+        assert_eq!(rig.fabric.execute(1, Command::ResetVlan), ok);
+        assert_eq!(rig.fabric.execute(1, Command::DelVlanId(39)), ok);
+        // ... and a DEL of an id the function does not hold changes nothing.
+        assert_eq!(rig.fabric.execute(1, Command::DelVlanId(39)), ok);
+        assert_eq!(
+            vlan_calls(),
+            [
+                "vlan Added(39) by ism1",
+                "vlan Required(true) by ism1",
+                "vlan Required(false) by ism1",
+                "vlan Deleted(39) by ism1",
+            ]
+        );
+        // A full table refuses the id, and the host hears of no change.
+        for vlan in 100..100 + MAX_VLAN_IDS as u64 {
+            rig.fabric.execute(0, Command::AddVlanId(vlan)).unwrap();
+        }
+        let before = vlan_calls().len();
+        let full = rig.fabric.execute(0, Command::AddVlanId(7));
+        assert_eq!(full, Err(CommandError::VlanTableFull));
+        assert_eq!(vlan_calls().len(), before);
+        assert_eq!(vlan_calls()[before - 1], "vlan Added(163) by ism0");
     }
 
     #[test]

@@ -31,6 +31,18 @@ pub trait EventSink: Send + Sync {
     fn zero_scanned(&self, results: &[(u64, ZeroScan)]) -> usize;
     /// An injected fault fired at `function` (about DMB `token`, if one).
     fn fault_injected(&self, function: &str, gid: u64, token: Option<u64>, fired: &Fired);
+    /// The function's VLAN table or its VLAN-required flag changed (a command that
+    /// changed nothing, or failed, is not reported).
+    fn vlan_changed(&self, function: &str, gid: u64, change: VlanChange);
+}
+
+/// A change of a function's VLAN state, by ADD_VLAN_ID, DEL_VLAN_ID, SET_VLAN or
+/// RESET_VLAN. The ID is the command's 64-bit field as the guest stored it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VlanChange {
+    Added(u64),
+    Deleted(u64),
+    Required(bool),
 }
 
 /// The DMB's content before the first move of a reused connection. Also the trace's

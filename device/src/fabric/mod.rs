@@ -35,7 +35,7 @@ use crate::guest::{DmaError, DmaSpace};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::util::ratelimit::{guest_log, Budget};
 
-pub use events::{EventSink, ReuseCheck, Unread, ZeroScan, ZeroWatch};
+pub use events::{EventSink, ReuseCheck, Unread, VlanChange, ZeroScan, ZeroWatch};
 pub use held::{HeldFailures, HELD_TOKENS};
 pub use inject::FaultAdded;
 pub use moves::{MoveError, Stored};

@@ -106,6 +106,19 @@ pub enum What {
         #[serde(default)]
         detail: String,
     },
+    /// ADD_VLAN_ID put `vlan_id` into the function's VLAN table (0x1fff: the driver
+    /// asking whether the device is SMC-Dv2 capable).
+    VlanAdded {
+        vlan_id: u64,
+    },
+    /// DEL_VLAN_ID took `vlan_id` out of the function's VLAN table.
+    VlanDeleted {
+        vlan_id: u64,
+    },
+    /// SET_VLAN (`required` true) or RESET_VLAN changed the function's VLAN-required flag.
+    VlanRequired {
+        required: bool,
+    },
     /// Read only: a line of a kind this version does not know (the timeline skips it).
     /// The observer never writes it.
     #[serde(other)]

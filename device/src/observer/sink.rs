@@ -3,7 +3,7 @@
 
 use super::{ObservedEvent, Observer, What};
 use crate::dmb::Dmb;
-use crate::fabric::{EventSink, ReuseCheck, ZeroScan, ZeroWatch};
+use crate::fabric::{EventSink, ReuseCheck, VlanChange, ZeroScan, ZeroWatch};
 use crate::fault::Fired;
 use crate::ism::MoveAddress;
 
@@ -63,6 +63,15 @@ impl EventSink for Observer {
         let (events, pending) = self.tracker().zero_scanned(results);
         self.emit_all(events);
         pending
+    }
+
+    fn vlan_changed(&self, function: &str, gid: u64, change: VlanChange) {
+        let what = match change {
+            VlanChange::Added(vlan_id) => What::VlanAdded { vlan_id },
+            VlanChange::Deleted(vlan_id) => What::VlanDeleted { vlan_id },
+            VlanChange::Required(required) => What::VlanRequired { required },
+        };
+        self.emit(ObservedEvent::function(function, gid, what));
     }
 
     fn fault_injected(&self, function: &str, gid: u64, token: Option<u64>, fired: &Fired) {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use zerocopy::FromBytes;
 
 use crate::dmb::{Dmb, FunctionId};
-use crate::fabric::{EventSink, ReuseCheck, ZeroScan, ZeroWatch};
+use crate::fabric::{EventSink, ReuseCheck, VlanChange, ZeroScan, ZeroWatch};
 use crate::fabric::{Fabric, MoveError};
 use crate::fault::Fired;
 use crate::ism::command::{Command, CommandError, DmbRequest, Response};
@@ -63,6 +63,9 @@ impl EventSink for Recorder {
     }
     fn dmb_registered(&self, dmb: &Dmb, function: &str) {
         self.push(format!("registered {:#x} by {function}", dmb.token));
+    }
+    fn vlan_changed(&self, function: &str, _gid: u64, change: VlanChange) {
+        self.push(format!("vlan {change:?} by {function}"));
     }
     fn dmb_gone(&self, dmb: &Dmb, reason: &str, _function: &str) {
         self.push(format!("gone {:#x}: {reason}", dmb.token));

@@ -179,6 +179,15 @@ impl TimelineBuilder {
                 instant.args = fault_args;
                 events.push(instant);
             }
+            What::VlanAdded { vlan_id } => {
+                events.push(vlan_instant(format!("VLAN {vlan_id:#x} added"), pid, t));
+            }
+            What::VlanDeleted { vlan_id } => {
+                events.push(vlan_instant(format!("VLAN {vlan_id:#x} deleted"), pid, t));
+            }
+            What::VlanRequired { required } => {
+                events.push(vlan_instant(format!("VLAN required {required}"), pid, t));
+            }
             // Skipped in `push_line`.
             What::Unrecognised => {}
             // Listed, not matched by a wildcard: a new kind must be placed here.
@@ -293,6 +302,11 @@ impl TimelineBuilder {
             other_data: other,
         }
     }
+}
+
+/// A VLAN change, as an instant on its function's own track.
+fn vlan_instant(name: String, pid: u32, t: u64) -> TraceEvent {
+    TraceEvent::instant(name, "vlan", (pid, 0), t, Scope::Thread)
 }
 
 /// Reads a whole event file (JSON lines) into a timeline.
