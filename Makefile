@@ -30,7 +30,7 @@ all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|loopback] [GCOV=1] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|loopback|debug|dibslock-bug] [GCOV=1] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: docs/running.md (\"Targets and variables\"); defaults: scripts/config.sh."
@@ -85,6 +85,7 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	python3 scripts/test_check_e2e.py
 	python3 scripts/test_hops.py
 	python3 scripts/test_reuse_verdict.py
+	python3 scripts/test_kernel_reports.py
 	python3 scripts/test_coverage.py
 	python3 scripts/test_bench_guests.py
 	python3 scripts/test_check_links.py

@@ -25,8 +25,12 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # scripts/bug-chid0.sh).
 # loopback (a kernel with loopback-ism beside the ISM driver: CONFIG_SMC_LO on 6.9-6.17,
 # CONFIG_DIBS_LO on 7.x; the coverage anchor, docs/coverage.md).
+# debug (the kernel's bug detectors: KASAN, lockdep, DEBUG_SPINLOCK, DEBUG_ATOMIC_SLEEP, the
+# hung-task detector: guest-tests/kernel/patches/debug/debug.config; any report fails a run).
+# dibslock-bug (7.x only, test only: the debug variant with the CVE-2026-74617 fix reverted,
+# for the dibs lock scenario of docs/known-bugs.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix lateabort-fix chid0-peer chid0-fix loopback"
+VARIANTS="stock prezero nozero rxabort-fix lateabort-fix chid0-peer chid0-fix loopback debug dibslock-bug"
 # GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
 # driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
 # counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry

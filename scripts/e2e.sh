@@ -127,14 +127,15 @@ run_crash() {
     record_check victim_killed $? "SIGKILL to the victim's QEMU" || { warn "crash: no QEMU to kill"; return 1; }
     local killed=$SECONDS
     wait "$GUEST_PID_victim" 2>/dev/null || true
-    local rc=0
+    local rc=0 ok=0
     wait "$GUEST_PID_a" || rc=$?
     local took=$((SECONDS - killed))
+    guest_reports victim || ok=1
+    guest_reports a || ok=1
     local log="$RUN_DIR/a.console.log" last
     echo "crash: guest a ended ${took} s after the kill (run-guest.sh status $rc)"
     last="$(grep -E '^(CONN|SUMMARY|smctest)' "$log" | tail -n 4)" || true
     sed 's/^/  a: /' <<<"$last"
-    local ok=0
     # run-guest.sh's 3: QEMU ended normally and the guest's /init reported that its
     # program failed (its stream, as it must; checked on the console just below).
     [ "$rc" -eq 3 ]

@@ -183,11 +183,36 @@ record_check() {
     return "$status"
 }
 
-# guest_wait NAME: waits for the guest; 0 if it ran its program and it passed. Records
-# the outcome as the run's test point guest_NAME, with the guest's SUMMARY lines.
+# guest_reports NAME: the kernel's own bug reports on guest NAME's console (WARN, BUG, an
+# oops, KASAN, lockdep, the hung-task, soft-lockup and RCU stall detectors:
+# scripts/kernel_reports.py) as the test point kernel_reports_NAME, not ok if there is
+# one, its diagnostics the reports' text (all of it in RUN_DIR/NAME.kernel-reports.txt).
+# Every kernel can report (a stock one WARNs too); VARIANT=debug turns the detectors on.
+# guest_wait calls it for every guest; a script that waits for a guest itself (e2e's
+# crash) calls it after the wait. Returns 1 if there was a report.
+guest_reports() {
+    local name="$1" out rc=0
+    out="$(python3 "$REPO_ROOT/scripts/kernel_reports.py" "$RUN_DIR/$name.console.log" \
+        --out "$RUN_DIR/$name.kernel-reports.txt")" || rc=$?
+    case "$rc" in
+        0) record_check "kernel_reports_$name" 0 "no kernel report on $name's console" ;;
+        1) warn "guest $name: the kernel reported a bug ($RUN_DIR/$name.kernel-reports.txt):"
+           sed -n '1,/^--- report 1 /p' <<<"$out" | sed '$d' >&2
+           # The reports' text (at most 300 lines; the file has all), then the one-line
+           # summary of each (JUnit's failure message is the last diagnostic line).
+           record_check "kernel_reports_$name" 1 "$(sed -n '/^--- report 1 /,$p' <<<"$out" | head -n 300)" \
+               "$(sed -n '1,/^--- report 1 /p' <<<"$out" | sed '$d' | tr -s ' ' | paste -sd ';' | cut -c1-480)" ;;
+        *) record_check "kernel_reports_$name" 1 "scripts/kernel_reports.py could not read $name's console (status $rc)" ;;
+    esac
+}
+
+# guest_wait NAME: waits for the guest; 0 if it ran its program, it passed and its kernel
+# reported no bug (guest_reports). Records the outcome as the run's test point
+# guest_NAME, with the guest's SUMMARY lines.
 guest_wait() {
-    local name="$1" var="GUEST_PID_$1" rc=0
+    local name="$1" var="GUEST_PID_$1" rc=0 reports=0
     wait "${!var}" || rc=$?
+    guest_reports "$name" || reports=1
     local log="$RUN_DIR/$name.console.log" summary
     summary="$(grep -E '^SUMMARY ' "$log" 2>/dev/null | cut -c1-300)" || true
     # 3: QEMU ended normally and /init reported RESULT FAIL (run-guest.sh): checked below.
@@ -206,6 +231,7 @@ guest_wait() {
         return 1
     fi
     record_check "guest_$name" 0 "$summary"
+    return "$reports"
 }
 
 # run_pair TEST...: the two-guest topology. Guest a (10.0.0.1) serves, guest b
