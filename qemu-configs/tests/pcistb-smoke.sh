@@ -50,11 +50,13 @@ find_kout() {
 if ! find_kout; then
     # The tree was last built for another variant than the ones published in this
     # BUILD_DIR (a fresh clone shares the cache): publish that variant (cached: seconds).
-    # build-kernel.sh names a variant's release <upstream version>-<VARIANT>.
+    # build-kernel.sh names a release <upstream version>[-<VARIANT>][-gcov].
     tree_variant="${KREL#"${PKGVER%-*}"}"
+    tree_gcov=0
+    case "$tree_variant" in *-gcov) tree_gcov=1; tree_variant="${tree_variant%-gcov}" ;; esac
     tree_variant="${tree_variant#-}"
     tree_variant="${tree_variant:-stock}"
-    KERNEL="$KERNEL" VARIANT="$tree_variant" "$REPO_ROOT/guest-tests/build-kernel.sh" >&2 || true
+    KERNEL="$KERNEL" VARIANT="$tree_variant" GCOV="$tree_gcov" "$REPO_ROOT/guest-tests/build-kernel.sh" >&2 || true
     find_kout || true
 fi
 [ -n "$KOUT" ] || missing "a built kernel of release '$KREL' (the release of $KBUILD_DIR) in $BUILD_DIR/kernel-$KERNEL*"
