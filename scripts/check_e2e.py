@@ -627,7 +627,9 @@ def main():
         for d in dmbs:
             hist = d["zero_delays_ms"]
             late = hist["count"] - within(hist, RELEASE_WINDOW_MS)
-            if d["reuses"] and d["zeroed_after_close"] < d["reuses"]:
+            # Back to back (--unpaced), a DMB can be handed out again before the host has
+            # read it as zero: only a stale reuse or a late zeroing says something then.
+            if d["reuses"] and d["zeroed_after_close"] < d["reuses"] and not args.unpaced:
                 fail("observer_zeroing", f"kernel {release} zeroes at release: DMB {d['token']} reused {d['reuses']}x but zeroed after close only {d['zeroed_after_close']}x")
             if late:
                 fail("observer_zeroing", f"kernel {release} zeroes at release: DMB {d['token']} zeroed late after close {late}x (max {hist['max_ms']:.1f} ms)")
