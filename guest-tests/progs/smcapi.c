@@ -824,10 +824,18 @@ static int t_halfclose(void)
 		goto out;
 	n = recv(s, b, sizeof(b), 0);
 	CHECK(n == 0, "recv after the peer's SHUT_WR: %zd (%s), expected EOF", n, strerror(errno));
-	if (expect_smcd(s, "server after EOF", &in))
-		goto out;
-	CHECK(!strcmp(smc_state_name(in.state), "APPCLOSEWAIT1"), "server state %s after the peer's SHUT_WR, expected APPCLOSEWAIT1",
-	      smc_state_name(in.state));
+	/* EOF shows as soon as the CDC message with peer_done_writing is read
+	 * (smc_cdc_msg_recv_action); the state moves later, in smc_close_passive_work on
+	 * smc_close_wq. So the state is polled, up to 2 s. */
+	for (int i = 0; i < 200; i++) {
+		if (expect_smcd(s, "server after EOF", &in))
+			goto out;
+		if (!strcmp(smc_state_name(in.state), "APPCLOSEWAIT1"))
+			break;
+		usleep(10000);
+	}
+	CHECK(!strcmp(smc_state_name(in.state), "APPCLOSEWAIT1"),
+	      "server state %s 2 s after the peer's SHUT_WR, expected APPCLOSEWAIT1", smc_state_name(in.state));
 	if (send_pat(s, 62, 0, 3000) || recv_pat(c, 62, 0, 3000))
 		goto out;
 	closefd(&s);
