@@ -276,10 +276,12 @@ for s in q2 q3; do
 done
 # The guest then turns off function 3, whose server went away with writes queued (its
 # hotplug slot: Linux disables it and gives it back, standby), and when the guest has
-# powered off, QEMU (-no-shutdown) unplugs it (QMP device_del) and quits. The sanitizer build runs this QEMU
-# with LeakSanitizer: no allocation of hw/vfio-user may be left unreachable at exit. (The
-# queued writes' buffers leaked at unplug, and before that a dead server's queue was kept
-# until unplug.)
+# powered off, QEMU (-no-shutdown) unplugs it (QMP device_del) and quits. The sanitizer
+# build runs this QEMU with LeakSanitizer: no allocation of hw/vfio-user may be left
+# unreachable at exit. (The queued writes' buffers leaked at unplug, and before that a
+# dead server's queue was kept until unplug.) Full stacks for this run only
+# (fast_unwind_on_malloc=0): glib has no frame pointers, and the fast unwinder stops in
+# g_malloc0().
 queue_rc=0
 queue_san=(env)
 if [ "$sanitized" = 1 ]; then
