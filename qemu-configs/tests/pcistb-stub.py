@@ -63,6 +63,13 @@ With --refuse-waited-channel, the stub announces x_waited_channel but answers
 VFIO_USER_X_WAITED_CHANNEL with an error (EINVAL). With --unsolicited-caps, its VERSION
 reply carries capabilities the client did not propose: x_waited_channel (whether or not
 proposed) and an unknown "x_no_such_capability".
+With --dma-read, a waited BAR 0 write at SF+0x1c00 (DMA_READ_OFFSET) of 16 bytes names
+a buffer of the guest (its DMA address and length, big-endian): after the reply the stub
+sends QEMU a VFIO_USER_DMA_READ of the whole buffer on the main connection and does not
+read for --dma-read-wait seconds, so that QEMU's reply (larger than the socket's send
+buffer) is written in part; then it reads the reply and logs "DMA_READ reply complete"
+if it came whole, with the guest's pattern (stbtest's: byte i is (i * 7 + (i >> 12)) &
+0xff), or "DMA_READ reply incomplete" / "DMA_READ reply wrong" otherwise.
 The data of a write longer than 64 bytes is logged up to its 64th byte, then "...".
 Exits when the client disconnects.
 
@@ -72,7 +79,7 @@ Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN] [--di
                       [--stall-on OFFSET [--stall-secs S] [--die-after-stall]]
                       [--slow-on OFFSET [--slow-secs S]] [--waited-channel]
                       [--misbehave MODE [--trickle-secs S]] [--refuse-waited-channel]
-                      [--unsolicited-caps] [--no-msix]
+                      [--unsolicited-caps] [--no-msix] [--dma-read [--dma-read-wait S]]
 """
 import argparse, array, json, os, select, socket, struct, time
 
@@ -106,6 +113,10 @@ ap.add_argument("--unsolicited-caps", action="store_true",
                 help="answer VERSION with capabilities the client did not propose")
 ap.add_argument("--no-msix", action="store_true",
                 help="no MSI-X capability (s390x requires one: QEMU must refuse the plug)")
+ap.add_argument("--dma-read", action="store_true",
+                help="answer a write at SF+0x1c00 with a DMA_READ of the buffer it names")
+ap.add_argument("--dma-read-wait", type=float, default=1.0,
+                help="seconds before the stub reads the DMA_READ's reply")
 ap.add_argument("--device-id", type=lambda s: int(s, 0), default=0x04ED,
                 help="PCI device id (another id keeps the ism driver off the function)")
 args = ap.parse_args()
@@ -126,6 +137,8 @@ REJECT_BAR0 = {SF | 0x800: EINVAL, SF | 0x880: 2, SF | 0x900: 34, SF | 0x980: EO
 SHORT_BAR0_OFFSET = SF | 0xa80
 HELD_BAR0_OFFSET = 0xb00
 MIS_OFFSET = SF | 0xf00
+DMA_READ_OFFSET = SF | 0x1c00
+DMA_READ = 11
 prev_mid = None                                       # ID of the request answered before
 withheld = None                                       # late-error: (ID, cmd) of the withheld reply
 max_gap = 0                                           # late-error: messages seen since it
@@ -226,6 +239,46 @@ def misbehave(mid, cmd, body):
         time.sleep(args.trickle_secs)
         src.sendall(body[i:i + 1])
     log("  trickled the whole body")
+
+
+def dma_read(iova, length):
+    """A DMA_READ of the guest's buffer, read back only after --dma-read-wait seconds."""
+    mid = 0x7777
+    conn.sendall(HDR.pack(mid, DMA_READ, HDR.size + 16, 0, 0) + struct.pack("<QQ", iova, length))
+    log(f"DMA_READ sent: 0x{length:x} bytes at 0x{iova:x}; not reading for {args.dma_read_wait} s")
+    time.sleep(args.dma_read_wait)
+    want = HDR.size + 16 + length
+    got = bytearray()
+    conn.settimeout(3.0)
+    try:
+        while len(got) < want:
+            # bytes only: a descriptor would belong to a DMA_MAP, which cannot come here
+            data = conn.recv(min(want - len(got), 1 << 16))
+            if not data:
+                break
+            got += data
+    except socket.timeout:
+        pass
+    conn.settimeout(None)
+    if len(got) >= HDR.size and HDR.unpack_from(got)[3] & ERROR:
+        log(f"DMA_READ answered with an error: errno {HDR.unpack_from(got)[4]}")
+        return
+    if len(got) < want:
+        log(f"DMA_READ reply incomplete: {len(got)} of {want} bytes within 3 s")
+        return
+    rmid, cmd, size, flags, err = HDR.unpack_from(got)
+    pattern = bytes((i * 7 + (i >> 12)) & 0xff for i in range(length))
+    # QEMU 10.2 puts the data at byte 12 of the payload, not at 16 as the spec's table
+    # says (its VFIOUserDMARW has a 4-byte count; the 4 bytes after the data are zero)
+    data = bytes(got[HDR.size + 12:HDR.size + 12 + length])
+    if (rmid, cmd, size, flags & (REPLY | ERROR), err) != (mid, DMA_READ, want, REPLY, 0) \
+            or data != pattern:
+        same = "the guest's pattern" if data == pattern else \
+            f"not the guest's pattern (first difference at byte {next(i for i, (a, b) in enumerate(zip(data, pattern)) if a != b)}: {data[:16].hex()}...)"
+        log(f"DMA_READ reply wrong: id 0x{rmid:x} cmd {cmd} size {size} flags 0x{flags:x} "
+            f"error {err}, data {same}")
+        return
+    log(f"DMA_READ reply complete: {size} bytes, the guest's pattern")
 
 
 def close_waited(why):
@@ -376,6 +429,8 @@ def serve_command(mid, cmd, posted, body):
             else:
                 short = reg == 0 and off == SHORT_BAR0_OFFSET and cnt > 0
                 reply(mid, cmd, struct.pack("<QII", off, reg, cnt - 1 if short else cnt))
+            if reg == 0 and off == DMA_READ_OFFSET and args.dma_read and cnt == 16:
+                dma_read(*struct.unpack(">QQ", body[16:32]))
     else:
         log(f"unsupported command {cmd}")
         if not posted:

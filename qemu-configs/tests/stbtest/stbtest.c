@@ -8,6 +8,8 @@
 #include <linux/pci.h>
 #include <linux/gfp.h>
 #include <linux/ktime.h>
+#include <linux/delay.h>
+#include <linux/dma-mapping.h>
 #include <asm/pci.h>
 #include <asm/pci_io.h>
 #include <asm/pci_insn.h>
@@ -222,6 +224,48 @@ static void stbtest_mis(struct pci_dev *pdev)
 	pr_info("STBT: %s MIS after rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
 }
 
+/*
+ * dmaread_uid=N: for the function with that uid (a stub with --dma-read), a 512 KiB DMA
+ * buffer with a pattern, named to the stub by a store at SF+0x1c00; the stub then reads
+ * it with VFIO_USER_DMA_READ, and QEMU's reply is larger than its socket's send buffer.
+ * The vCPU sleeps meanwhile (QEMU serves the read under the BQL), then stores once more.
+ */
+static int dmaread_uid = -1;
+module_param(dmaread_uid, int, 0444);
+#define DMAREAD_LEN (512 * 1024)
+
+static void stbtest_dmaread(struct pci_dev *pdev)
+{
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
+	__be64 req[2];
+	dma_addr_t iova;
+	int i, rc, rc2;
+	u8 *buf;
+
+	/* no driver has the function: QEMU serves its DMA only with bus mastering on */
+	pci_set_master(pdev);
+	if (dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64))) {
+		pr_info("STBT: %s DMAREAD no 64-bit DMA mask\n", n);
+		return;
+	}
+	buf = dma_alloc_coherent(&pdev->dev, DMAREAD_LEN, &iova, GFP_KERNEL);
+	if (!buf) {
+		pr_info("STBT: %s DMAREAD no DMA buffer\n", n);
+		return;
+	}
+	for (i = 0; i < DMAREAD_LEN; i++)
+		buf[i] = (i * 7 + (i >> 12)) & 0xff;
+	req[0] = cpu_to_be64(iova);
+	req[1] = cpu_to_be64(DMAREAD_LEN);
+	rc = stb(zdev, 0, SF | 0x1c00, req, sizeof(req));
+	msleep(3000);
+	rc2 = stb(zdev, 0, SF | 0x1c80, req, sizeof(req));
+	pr_info("STBT: %s DMAREAD rc=%d after rc=%d\n", n, rc, rc2);
+	dma_free_coherent(&pdev->dev, DMAREAD_LEN, buf, iova);
+	pci_clear_master(pdev);
+}
+
 /* Every IBM (1014) function: the ISM one (04ed) and any test function beside it. */
 static int __init stbtest_init(void)
 {
@@ -238,6 +282,8 @@ static int __init stbtest_init(void)
 			stbtest_mis(pdev);
 		else
 			stbtest_one(pdev);
+		if (to_zpci(pdev)->uid == dmaread_uid)
+			stbtest_dmaread(pdev);
 	}
 	pr_info("STBT: done\n");
 	return 0;
