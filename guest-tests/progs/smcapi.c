@@ -11,13 +11,13 @@
  */
 #define _GNU_SOURCE
 #include "common.h"
+#include "genl.h"
 #include "smcdiag.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/genetlink.h>
 #include <linux/netlink.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
@@ -1060,164 +1060,45 @@ out:
 /* ==================================================================================== */
 /* netlink: the SMC generic netlink family (smc_netlink.c and what it calls) */
 
-#define NLBUF 65536
-
+/* A socket talking to one family; family 0: not resolved (nothing to clean up). */
 struct nl {
-	int fd;
+	struct genl g;
 	uint16_t family;
-	uint32_t seq;
-	unsigned char *buf;
 };
-
-struct attr {
-	const unsigned char *data;
-	int len;
-};
-
-/* attributes in [p, p+len) by type (types >= max ignored) */
-static void parse_attrs(const unsigned char *p, int len, struct attr *tb, int max)
-{
-	memset(tb, 0, sizeof(*tb) * (size_t)max);
-	while (len >= NLA_HDRLEN) {
-		const struct nlattr *a = (const void *)p;
-		int type = a->nla_type & NLA_TYPE_MASK;
-
-		if (a->nla_len < NLA_HDRLEN || a->nla_len > len)
-			break;
-		if (type < max) {
-			tb[type].data = p + NLA_HDRLEN;
-			tb[type].len = a->nla_len - NLA_HDRLEN;
-		}
-		p += NLA_ALIGN(a->nla_len);
-		len -= NLA_ALIGN(a->nla_len);
-	}
-}
-
-static uint64_t a_uint(const struct attr *a)
-{
-	uint64_t v = 0;
-
-	if (a->len == 1)
-		v = a->data[0];
-	else if (a->len == 2) {
-		uint16_t x;
-		memcpy(&x, a->data, 2);
-		v = x;
-	} else if (a->len == 4) {
-		uint32_t x;
-		memcpy(&x, a->data, 4);
-		v = x;
-	} else if (a->len == 8)
-		memcpy(&v, a->data, 8);
-	return v;
-}
-
-/* Adds an attribute at *off of msg; returns the new length. */
-static size_t put_attr(unsigned char *msg, size_t off, uint16_t type, const void *data, size_t len)
-{
-	struct nlattr a = { .nla_len = (uint16_t)(NLA_HDRLEN + len), .nla_type = type };
-
-	memcpy(msg + off, &a, sizeof(a));
-	memcpy(msg + off + NLA_HDRLEN, data, len);
-	memset(msg + off + NLA_HDRLEN + len, 0, NLA_ALIGN(len) - len);
-	return off + NLA_HDRLEN + NLA_ALIGN(len);
-}
-
-typedef void (*msg_cb)(const unsigned char *attrs, int len, void *ctx);
-
-/* One request: a dump (calls cb for each message's attributes) or a command (acked).
- * Returns 0, or the negative errno the kernel answered, or -EIO on a transport error. */
-static int nl_request(struct nl *nl, uint16_t type, uint8_t cmd, int dump, const void *attrs, size_t alen,
-		      msg_cb cb, void *ctx)
-{
-	unsigned char req[512];
-	struct nlmsghdr *h = (void *)req;
-	struct genlmsghdr *g = NLMSG_DATA(h);
-	uint32_t seq = ++nl->seq;
-	size_t len = NLMSG_LENGTH(GENL_HDRLEN) + alen;
-
-	if (len > sizeof(req))
-		return -EIO;
-	memset(req, 0, sizeof(req));
-	h->nlmsg_len = (uint32_t)len;
-	h->nlmsg_type = type;
-	h->nlmsg_flags = NLM_F_REQUEST | (dump ? NLM_F_DUMP : NLM_F_ACK);
-	h->nlmsg_seq = seq;
-	g->cmd = cmd;
-	g->version = 1;
-	if (alen)
-		memcpy(req + NLMSG_LENGTH(GENL_HDRLEN), attrs, alen);
-	if (send(nl->fd, req, len, 0) != (ssize_t)len)
-		return -EIO;
-	for (;;) {
-		ssize_t n = recv(nl->fd, nl->buf, NLBUF, 0);
-		int left;
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -EIO;
-		left = (int)n;
-		for (struct nlmsghdr *m = (void *)nl->buf; NLMSG_OK(m, left); m = NLMSG_NEXT(m, left)) {
-			if (m->nlmsg_seq != seq)
-				continue;
-			if (m->nlmsg_type == NLMSG_ERROR) {
-				const struct nlmsgerr *e = NLMSG_DATA(m);
-
-				return e->error;
-			}
-			if (m->nlmsg_type == NLMSG_DONE) {
-				int e = 0;
-
-				if (m->nlmsg_len >= NLMSG_LENGTH(sizeof(int)))
-					memcpy(&e, NLMSG_DATA(m), sizeof(int));
-				return e;
-			}
-			if (cb && m->nlmsg_len >= NLMSG_LENGTH(GENL_HDRLEN))
-				cb((const unsigned char *)NLMSG_DATA(m) + GENL_HDRLEN,
-				   (int)(m->nlmsg_len - NLMSG_LENGTH(GENL_HDRLEN)), ctx);
-		}
-	}
-}
-
-static void family_cb(const unsigned char *p, int len, void *ctx)
-{
-	struct attr tb[CTRL_ATTR_MAX + 1];
-
-	parse_attrs(p, len, tb, CTRL_ATTR_MAX + 1);
-	if (tb[CTRL_ATTR_FAMILY_ID].len == 2)
-		*(uint16_t *)ctx = (uint16_t)a_uint(&tb[CTRL_ATTR_FAMILY_ID]);
-}
 
 static int nl_open(struct nl *nl, const char *family)
 {
-	unsigned char a[64];
-	size_t alen;
-	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
 	int rc;
 
-	memset(nl, 0, sizeof(*nl));
-	nl->buf = malloc(NLBUF);
-	nl->fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC);
-	if (!nl->buf || nl->fd < 0 || bind(nl->fd, (struct sockaddr *)&sa, sizeof(sa)) || set_timeouts(nl->fd, 10)) {
-		snprintf(g_why, sizeof(g_why), "netlink socket: %s", strerror(errno));
+	nl->family = 0;
+	rc = genl_open(&nl->g);
+	if (rc == 0 && set_timeouts(nl->g.fd, 10))
+		rc = -errno;
+	if (rc) {
+		snprintf(g_why, sizeof(g_why), "netlink socket: %s", strerror(-rc));
 		return -1;
 	}
-	alen = put_attr(a, 0, CTRL_ATTR_FAMILY_NAME, family, strlen(family) + 1);
-	rc = nl_request(nl, GENL_ID_CTRL, CTRL_CMD_GETFAMILY, 0, a, alen, family_cb, &nl->family);
-	if (rc || !nl->family) {
-		snprintf(g_why, sizeof(g_why), "CTRL_CMD_GETFAMILY %s: %s (family id %u)", family, strerror(-rc),
-			 nl->family);
+	rc = genl_family(&nl->g, family);
+	if (rc < 0) {
+		snprintf(g_why, sizeof(g_why), "CTRL_CMD_GETFAMILY %s: %s", family, strerror(-rc));
 		return -1;
 	}
+	nl->family = (uint16_t)rc;
 	return 0;
 }
 
 static void nl_close(struct nl *nl)
 {
-	closefd(&nl->fd);
-	free(nl->buf);
-	nl->buf = NULL;
+	genl_close(&nl->g);
+}
+
+/* A command without attributes, acked. */
+static int nl_cmd(struct nl *nl, uint8_t cmd)
+{
+	struct genl_req r;
+
+	genl_req_init(&r, nl->family, cmd);
+	return genl_request(&nl->g, &r, NLM_F_ACK, NULL, NULL);
 }
 
 /* The messages of a dump, each one's top-level attributes copied for later. */
@@ -1250,34 +1131,37 @@ static void dump_free(struct dump *d)
 
 static int nl_dump(struct nl *nl, uint8_t cmd, struct dump *d)
 {
+	struct genl_req r;
+
 	dump_free(d);
-	return nl_request(nl, nl->family, cmd, 1, NULL, 0, dump_cb, d);
+	genl_req_init(&r, nl->family, cmd);
+	return genl_request(&nl->g, &r, NLM_F_DUMP, dump_cb, d);
 }
 
 /* message i's nest `nest`, parsed into tb[max] */
-static int nested(const struct dump *d, int i, int nest, struct attr *tb, int max)
+static int nested(const struct dump *d, int i, int nest, struct genl_attr *tb, int max)
 {
-	struct attr top[16];
+	struct genl_attr top[16];
 
-	parse_attrs(d->attrs[i], d->len[i], top, 16);
+	genl_parse(d->attrs[i], d->len[i], top, 16);
 	if (!top[nest].data)
 		return -1;
-	parse_attrs(top[nest].data, top[nest].len, tb, max);
+	genl_parse(top[nest].data, top[nest].len, tb, max);
 	return 0;
 }
 
 static int ueid_cmd(struct nl *nl, uint8_t cmd, const char *ueid)
 {
-	unsigned char a[64];
+	struct genl_req r;
 	char e[33];
-	size_t alen = 0;
 
+	genl_req_init(&r, nl->family, cmd);
 	if (ueid) {
 		/* 32 characters, blank-padded, and the terminating NUL (smc_nl_add_ueid) */
 		snprintf(e, sizeof(e), "%-32s", ueid);
-		alen = put_attr(a, 0, 1 /* SMC_NLA_EID_TABLE_ENTRY */, e, 33);
+		genl_put(&r, 1 /* SMC_NLA_EID_TABLE_ENTRY */, e, 33);
 	}
-	return nl_request(nl, nl->family, cmd, 0, a, alen, NULL, NULL);
+	return genl_request(&nl->g, &r, NLM_F_ACK, NULL, NULL);
 }
 
 /* the UEIDs listed by DUMP_UEID, as "A,B," */
@@ -1287,10 +1171,10 @@ static int ueid_list(struct nl *nl, char *out, size_t outlen, struct dump *d)
 
 	out[0] = 0;
 	for (int i = 0; i < d->n && !rc; i++) {
-		struct attr tb[4];
+		struct genl_attr tb[4];
 		char e[40] = "";
 
-		parse_attrs(d->attrs[i], d->len[i], tb, 4);
+		genl_parse(d->attrs[i], d->len[i], tb, 4);
 		if (tb[1].data) {
 			snprintf(e, sizeof(e), "%.*s", tb[1].len, (const char *)tb[1].data);
 			for (int k = (int)strlen(e) - 1; k >= 0 && e[k] == ' '; k--)
@@ -1308,7 +1192,7 @@ struct tech {
 
 static int smcd_stats(struct nl *nl, struct tech *t, struct dump *d)
 {
-	struct attr st[8], tech[24];
+	struct genl_attr st[8], tech[24];
 	int rc = nl_dump(nl, 7 /* SMC_NETLINK_GET_STATS */, d);
 
 	memset(t, 0, sizeof(*t));
@@ -1316,25 +1200,25 @@ static int smcd_stats(struct nl *nl, struct tech *t, struct dump *d)
 		return rc;
 	if (d->n < 1 || nested(d, 0, 7 /* SMC_GEN_STATS */, st, 8) || !st[1].data)
 		return -ENODATA;
-	parse_attrs(st[1].data, st[1].len, tech, 24);
-	t->clnt_v1 = a_uint(&tech[7]);
-	t->clnt_v2 = a_uint(&tech[8]);
-	t->srv_v1 = a_uint(&tech[9]);
-	t->srv_v2 = a_uint(&tech[10]);
-	t->urg = a_uint(&tech[15]);
-	t->rx_bytes = a_uint(&tech[16]);
-	t->tx_bytes = a_uint(&tech[17]);
-	t->rx_cnt = a_uint(&tech[18]);
-	t->tx_cnt = a_uint(&tech[19]);
+	genl_parse(st[1].data, st[1].len, tech, 24);
+	t->clnt_v1 = genl_uint(&tech[7]);
+	t->clnt_v2 = genl_uint(&tech[8]);
+	t->srv_v1 = genl_uint(&tech[9]);
+	t->srv_v2 = genl_uint(&tech[10]);
+	t->urg = genl_uint(&tech[15]);
+	t->rx_bytes = genl_uint(&tech[16]);
+	t->tx_bytes = genl_uint(&tech[17]);
+	t->rx_cnt = genl_uint(&tech[18]);
+	t->tx_cnt = genl_uint(&tech[19]);
 	return 0;
 }
 
 static int t_netlink(void)
 {
 	int rc = R_FAIL_, c = -1, s = -1, e, found;
-	struct nl nl = { .fd = -1 };
+	struct nl nl = { .g = { .fd = -1 } };
 	struct dump d = { 0 };
-	struct attr tb[24];
+	struct genl_attr tb[24];
 	struct smc_info ci;
 	struct tech t0, t1;
 	char list[256];
@@ -1345,18 +1229,18 @@ static int t_netlink(void)
 	/* GET_SYS_INFO: SMC v2, an ISM v2 device, the host name */
 	CHECK((e = nl_dump(&nl, 1, &d)) == 0 && d.n == 1, "GET_SYS_INFO: %s, %d messages", strerror(-e), d.n);
 	CHECK(nested(&d, 0, 1 /* SMC_GEN_SYS_INFO */, tb, 8) == 0, "GET_SYS_INFO without SMC_GEN_SYS_INFO");
-	CHECK(a_uint(&tb[1]) == 2, "SMC_NLA_SYS_VER %llu, expected 2", (unsigned long long)a_uint(&tb[1]));
-	CHECK(a_uint(&tb[3]) == 1, "SMC_NLA_SYS_IS_ISM_V2 %llu, expected 1 (an ISM device offers v2)",
-	      (unsigned long long)a_uint(&tb[3]));
+	CHECK(genl_uint(&tb[1]) == 2, "SMC_NLA_SYS_VER %llu, expected 2", (unsigned long long)genl_uint(&tb[1]));
+	CHECK(genl_uint(&tb[3]) == 1, "SMC_NLA_SYS_IS_ISM_V2 %llu, expected 1 (an ISM device offers v2)",
+	      (unsigned long long)genl_uint(&tb[3]));
 	CHECK(tb[4].data != NULL, "no SMC_NLA_SYS_LOCAL_HOST");
 	CHECK(tb[5].data != NULL && tb[5].len > 1, "no SMC_NLA_SYS_SEID though ISM v2 is there");
 
 	/* GET_DEV_SMCD: the ISM function, IBM's vendor and ISM device id */
 	CHECK((e = nl_dump(&nl, 5, &d)) == 0 && d.n >= 1, "GET_DEV_SMCD: %s, %d devices", strerror(-e), d.n);
 	CHECK(nested(&d, 0, 5 /* SMC_GEN_DEV_SMCD */, tb, 12) == 0, "GET_DEV_SMCD without SMC_GEN_DEV_SMCD");
-	CHECK(a_uint(&tb[5]) == 0x1014 && a_uint(&tb[6]) == 0x04ed, "SMC-D device %04llx:%04llx, expected 1014:04ed",
-	      (unsigned long long)a_uint(&tb[5]), (unsigned long long)a_uint(&tb[6]));
-	CHECK(a_uint(&tb[4]) != 0, "SMC-D device with CHID 0");
+	CHECK(genl_uint(&tb[5]) == 0x1014 && genl_uint(&tb[6]) == 0x04ed, "SMC-D device %04llx:%04llx, expected 1014:04ed",
+	      (unsigned long long)genl_uint(&tb[5]), (unsigned long long)genl_uint(&tb[6]));
+	CHECK(genl_uint(&tb[4]) != 0, "SMC-D device with CHID 0");
 
 	/* GET_LGR_SMCD: none needed before, at least one while a connection is open; the
 	 * statistics count the connection and its bytes */
@@ -1371,14 +1255,14 @@ static int t_netlink(void)
 	for (int i = 0; i < d.n; i++) {
 		if (nested(&d, i, 4 /* SMC_GEN_LGR_SMCD */, tb, 16))
 			continue;
-		if (a_uint(&tb[2]) == ci.my_gid && a_uint(&tb[3]) == ci.peer_gid && a_uint(&tb[5]) >= 1)
+		if (genl_uint(&tb[2]) == ci.my_gid && genl_uint(&tb[3]) == ci.peer_gid && genl_uint(&tb[5]) >= 1)
 			found = 1;
 	}
 	CHECK(found, "no SMC-D link group with GID 0x%llx, peer 0x%llx and a connection among %d",
 	      (unsigned long long)ci.my_gid, (unsigned long long)ci.peer_gid, d.n);
 	/* the device in use now: one link group (or more) */
-	CHECK((e = nl_dump(&nl, 5, &d)) == 0 && d.n >= 1 && nested(&d, 0, 5, tb, 12) == 0 && a_uint(&tb[1]) >= 1,
-	      "GET_DEV_SMCD use count %llu with a link group, expected >= 1", (unsigned long long)a_uint(&tb[1]));
+	CHECK((e = nl_dump(&nl, 5, &d)) == 0 && d.n >= 1 && nested(&d, 0, 5, tb, 12) == 0 && genl_uint(&tb[1]) >= 1,
+	      "GET_DEV_SMCD use count %llu with a link group, expected >= 1", (unsigned long long)genl_uint(&tb[1]));
 	CHECK((e = smcd_stats(&nl, &t1, &d)) == 0, "GET_STATS: %s", strerror(-e));
 	CHECK(t1.clnt_v1 + t1.clnt_v2 == t0.clnt_v1 + t0.clnt_v2 + 1 && t1.srv_v1 + t1.srv_v2 == t0.srv_v1 + t0.srv_v2 + 1,
 	      "SMC-D handshakes counted: client %llu -> %llu, server %llu -> %llu, expected one more each",
@@ -1398,12 +1282,12 @@ static int t_netlink(void)
 		for (int i = 0; i < d.n; i++) {
 			if (nested(&d, i, 8 /* SMC_GEN_FBACK_STATS */, tb, 8))
 				continue;
-			uint32_t code = (uint32_t)a_uint(&tb[4]);
-			int srv = (int)a_uint(&tb[1]);
+			uint32_t code = (uint32_t)genl_uint(&tb[4]);
+			int srv = (int)genl_uint(&tb[1]);
 
-			clnt_peernosmc |= !srv && code == DECL_PEERNOSMC && a_uint(&tb[5]) >= 1;
-			srv_peernosmc |= srv && code == DECL_PEERNOSMC && a_uint(&tb[5]) >= 1;
-			clnt_opt |= !srv && code == DECL_OPTUNSUPP && a_uint(&tb[5]) >= 1;
+			clnt_peernosmc |= !srv && code == DECL_PEERNOSMC && genl_uint(&tb[5]) >= 1;
+			srv_peernosmc |= srv && code == DECL_PEERNOSMC && genl_uint(&tb[5]) >= 1;
+			clnt_opt |= !srv && code == DECL_OPTUNSUPP && genl_uint(&tb[5]) >= 1;
 		}
 		CHECK(clnt_peernosmc && srv_peernosmc && clnt_opt,
 		      "fallback statistics (%d entries) lack: %s%s%s", d.n, clnt_peernosmc ? "" : "client PEERNOSMC ",
@@ -1437,27 +1321,27 @@ static int t_netlink(void)
 
 	/* the system EID: listed and enabled; it cannot be disabled without a user EID */
 	CHECK((e = nl_dump(&nl, 13, &d)) == 0 && d.n == 1, "DUMP_SEID: %s, %d messages", strerror(-e), d.n);
-	parse_attrs(d.attrs[0], d.len[0], tb, 4);
-	CHECK(tb[1].data && tb[1].len > 1 && a_uint(&tb[2]) == 1, "DUMP_SEID: entry %s, enabled %llu",
-	      tb[1].data ? "present" : "missing", (unsigned long long)a_uint(&tb[2]));
+	genl_parse(d.attrs[0], d.len[0], tb, 4);
+	CHECK(tb[1].data && tb[1].len > 1 && genl_uint(&tb[2]) == 1, "DUMP_SEID: entry %s, enabled %llu",
+	      tb[1].data ? "present" : "missing", (unsigned long long)genl_uint(&tb[2]));
 	CHECK((e = ueid_cmd(&nl, 15, NULL)) == -ENOENT, "DISABLE_SEID with no user EID: %s, expected ENOENT",
 	      strerror(-e));
 	CHECK((e = ueid_cmd(&nl, 14, NULL)) == 0, "ENABLE_SEID: %s", strerror(-e));
 
 	/* the handshake limitation: off, on (seen by new sockets' SMC_LIMIT_HS), off */
 	CHECK((e = nl_dump(&nl, 16, &d)) == 0 && d.n == 1, "DUMP_HS_LIMITATION: %s", strerror(-e));
-	parse_attrs(d.attrs[0], d.len[0], tb, 4);
-	CHECK(a_uint(&tb[1]) == 0, "handshake limitation on at start");
+	genl_parse(d.attrs[0], d.len[0], tb, 4);
+	CHECK(genl_uint(&tb[1]) == 0, "handshake limitation on at start");
 	CHECK((e = ueid_cmd(&nl, 17, NULL)) == 0, "ENABLE_HS_LIMITATION: %s", strerror(-e));
 	CHECK((e = nl_dump(&nl, 16, &d)) == 0 && d.n == 1, "DUMP_HS_LIMITATION: %s", strerror(-e));
-	parse_attrs(d.attrs[0], d.len[0], tb, 4);
+	genl_parse(d.attrs[0], d.len[0], tb, 4);
 	{
 		int v = -1, fd = smc_sock();
 
 		get_int(fd, SOL_SMC, SMC_LIMIT_HS_, &v);
 		closefd(&fd);
-		CHECK(a_uint(&tb[1]) == 1 && v == 1, "after ENABLE_HS_LIMITATION: dump says %llu, a new socket %d",
-		      (unsigned long long)a_uint(&tb[1]), v);
+		CHECK(genl_uint(&tb[1]) == 1 && v == 1, "after ENABLE_HS_LIMITATION: dump says %llu, a new socket %d",
+		      (unsigned long long)genl_uint(&tb[1]), v);
 	}
 	/* a connection with the limitation on: still SMC-D (the TCP handshake queue is short) */
 	if (smc_pair(&c, &s) || expect_smcd(c, "client with the handshake limitation", NULL) ||
@@ -1467,8 +1351,8 @@ static int t_netlink(void)
 	closefd(&s);
 	CHECK((e = ueid_cmd(&nl, 18, NULL)) == 0, "DISABLE_HS_LIMITATION: %s", strerror(-e));
 	CHECK((e = nl_dump(&nl, 16, &d)) == 0 && d.n == 1, "DUMP_HS_LIMITATION: %s", strerror(-e));
-	parse_attrs(d.attrs[0], d.len[0], tb, 4);
-	CHECK(a_uint(&tb[1]) == 0, "handshake limitation still on after DISABLE");
+	genl_parse(d.attrs[0], d.len[0], tb, 4);
+	CHECK(genl_uint(&tb[1]) == 0, "handshake limitation still on after DISABLE");
 
 	/* SMC-R dumps answer with nothing here (no RoCE device) */
 	CHECK((e = nl_dump(&nl, 2, &d)) == 0 && d.n == 0, "GET_LGR_SMCR: %s, %d groups", strerror(-e), d.n);
@@ -1476,7 +1360,7 @@ static int t_netlink(void)
 	rc = R_OK_;
 out:
 	dump_free(&d);
-	if (nl.buf) {
+	if (nl.family) {
 		ueid_cmd(&nl, 12, NULL);
 		ueid_cmd(&nl, 18, NULL);
 	}
@@ -1523,9 +1407,9 @@ static int pnet_entries(struct nl *nl, struct dump *d, char *out, size_t outlen)
 
 	out[0] = 0;
 	for (int i = 0; i < d->n && !e; i++) {
-		struct attr tb[6];
+		struct genl_attr tb[6];
 
-		parse_attrs(d->attrs[i], d->len[i], tb, 6);
+		genl_parse(d->attrs[i], d->len[i], tb, 6);
 		snprintf(out + strlen(out), outlen - strlen(out), "%.*s/%.*s/%.*s,", tb[1].len,
 			 tb[1].data ? (const char *)tb[1].data : "", tb[2].len, tb[2].data ? (const char *)tb[2].data : "",
 			 tb[3].len, tb[3].data ? (const char *)tb[3].data : "");
@@ -1544,26 +1428,26 @@ static int pnet_entries(struct nl *nl, struct dump *d, char *out, size_t outlen)
 static int t_pnet(void)
 {
 	int rc = R_FAIL_, e, c = -1, s = -1;
-	struct nl nl = { .fd = -1 };
+	struct nl nl = { .g = { .fd = -1 } };
 	struct dump d = { 0 };
-	unsigned char a[128];
-	size_t alen;
+	struct genl_req r;
 	char ism[64], list[256], want[256];
 
 	first_ism(ism, sizeof(ism));
 	CHECK(ism[0], "no ISM function bound to the ism driver");
 	if (nl_open(&nl, "SMC_PNETID"))
 		goto out;
-	CHECK((e = nl_request(&nl, nl.family, 4 /* SMC_PNETID_FLUSH */, 0, NULL, 0, NULL, NULL)) == 0,
+	CHECK((e = nl_cmd(&nl, 4 /* SMC_PNETID_FLUSH */)) == 0,
 	      "SMC_PNETID_FLUSH: %s", strerror(-e));
 	CHECK((e = pnet_entries(&nl, &d, list, sizeof(list))) == 0 && !list[0], "SMC_PNETID_GET of an empty table: %s '%s'",
 	      strerror(-e), list);
 
-	alen = put_attr(a, 0, 1 /* SMC_PNETID_NAME */, "ISMTESTNET", 11);
-	alen = put_attr(a, alen, 3 /* SMC_PNETID_IBNAME */, ism, strlen(ism) + 1);
-	CHECK((e = nl_request(&nl, nl.family, 2 /* SMC_PNETID_ADD */, 0, a, alen, NULL, NULL)) == 0,
+	genl_req_init(&r, nl.family, 2 /* SMC_PNETID_ADD */);
+	genl_put_str(&r, 1 /* SMC_PNETID_NAME */, "ISMTESTNET");
+	genl_put_str(&r, 3 /* SMC_PNETID_IBNAME */, ism);
+	CHECK((e = genl_request(&nl.g, &r, NLM_F_ACK, NULL, NULL)) == 0,
 	      "SMC_PNETID_ADD ISMTESTNET %s: %s", ism, strerror(-e));
-	CHECK((e = nl_request(&nl, nl.family, 2, 0, a, alen, NULL, NULL)) == -EEXIST,
+	CHECK((e = genl_request(&nl.g, &r, NLM_F_ACK, NULL, NULL)) == -EEXIST,
 	      "SMC_PNETID_ADD twice: %s, expected EEXIST", strerror(-e));
 	snprintf(want, sizeof(want), "ISMTESTNET/n/a/%s,", ism);
 	CHECK((e = pnet_entries(&nl, &d, list, sizeof(list))) == 0 && !strcmp(list, want), "SMC_PNETID_GET: %s '%s', expected '%s'",
@@ -1583,8 +1467,9 @@ static int t_pnet(void)
 	closefd(&c);
 	closefd(&s);
 
-	alen = put_attr(a, 0, 1, "ISMTESTNET", 11);
-	CHECK((e = nl_request(&nl, nl.family, 3 /* SMC_PNETID_DEL */, 0, a, alen, NULL, NULL)) == 0,
+	genl_req_init(&r, nl.family, 3 /* SMC_PNETID_DEL */);
+	genl_put_str(&r, 1, "ISMTESTNET");
+	CHECK((e = genl_request(&nl.g, &r, NLM_F_ACK, NULL, NULL)) == 0,
 	      "SMC_PNETID_DEL: %s", strerror(-e));
 	CHECK((e = pnet_entries(&nl, &d, list, sizeof(list))) == 0 && !list[0], "SMC_PNETID_GET after DEL: %s '%s'",
 	      strerror(-e), list);
@@ -1593,8 +1478,8 @@ static int t_pnet(void)
 	rc = R_OK_;
 out:
 	dump_free(&d);
-	if (nl.buf)
-		nl_request(&nl, nl.family, 4, 0, NULL, 0, NULL, NULL);
+	if (nl.family)
+		nl_cmd(&nl, 4);
 	nl_close(&nl);
 	return close3(rc, NULL, &c, &s);
 }
@@ -1661,7 +1546,7 @@ static int t_hs_sysctl(void)
 {
 	int rc = R_FAIL_, x = -1, hs = -1, e;
 	long v = -1, before = -1;
-	struct nl nl = { .fd = -1 };
+	struct nl nl = { .g = { .fd = -1 } };
 
 	CHECK(read_sysctl("limit_smc_hs", &before) == 0 && before == 0, "limit_smc_hs reads %ld at start", before);
 	CHECK(write_sysctl("limit_smc_hs", 1) == 0, "write limit_smc_hs=1: %s", strerror(errno));
@@ -1680,7 +1565,7 @@ static int t_hs_sysctl(void)
 	rc = R_OK_;
 out:
 	write_sysctl("limit_smc_hs", 0);
-	if (nl.buf)
+	if (nl.family)
 		ueid_cmd(&nl, 18, NULL);
 	nl_close(&nl);
 	return rc;
