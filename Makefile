@@ -23,7 +23,7 @@ export CACHE_DIR BUILD_DIR
 
 .PHONY: all deps images images-all images-test qemu qemu-asan qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
-	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults \
+	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
 	bug-livelock bug-lateabort bug-chid0 hops coverage lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
@@ -83,6 +83,7 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	bash -c 'source scripts/lib.sh && need_packages guests timeline'
 	python3 scripts/test_experiment.py
 	python3 scripts/test_check_e2e.py
+	python3 scripts/test_check_topology.py
 	python3 scripts/test_hops.py
 	python3 scripts/test_reuse_verdict.py
 	python3 scripts/test_kernel_reports.py
@@ -103,6 +104,12 @@ qemu-smoke: images ## the QEMU patches against a logging stub, the series' qtest
 # The end-to-end suite on the selected kernel line and variant.
 e2e: images emulator ## the end-to-end suite: two guests, one guest to itself, a guest killed mid-stream, the socket API, SMC-Dv1, VLAN
 	scripts/e2e.sh
+
+# The topologies real installations have (scripts/topologies.sh, docs/testing.md "make
+# topologies"): SMC-Dv1, VLAN, several ISM functions on two CHIDs; one line per case, each
+# held to what the kernel's code decides. TOPO_CASES: some of them.
+topologies: images emulator ## SMC-Dv1, VLAN, two CHIDs: one line per case (verdict, version, CHIDs, mode, decline)
+	scripts/topologies.sh $(TOPO_CASES)
 
 # The negative controls: the observer must see what each kernel variant does.
 e2e-variants: emulator qemu ## the negative-control kernels (prezero, nozero): the observer must tell

@@ -11,11 +11,14 @@
 #                         of that line and variant, $BUILD_DIR/initramfs-$KERNEL[-$VARIANT].cpio.gz;
 #                         "none" boots without one)
 #   -a, --append STRING   kernel command line   (GUEST_APPEND; default "console=ttysclp0")
-#   --ism SOCKET          add an ISM function served at this vfio-user socket; repeat for
+#   --ism SOCKET[,chid=0xHEX]
+#                         add an ISM function served at this vfio-user socket; repeat for
 #                         more (ISM_SOCKS, space-separated). The n-th gets uid=fid=n+1
-#                         (2, 3, ...), QEMU id ism<uid>; the guest sees PCI domain <uid> (hex), e.g. 0002:00:00.0
-#   --chid 0xHEX          CHID reported for every ISM function, in hex with its 0x, as
-#                         ism-emu serve --chid takes it (CHID; default 0x1234;
+#                         (2, 3, ...), QEMU id ism<uid>; the guest sees PCI domain <uid> (hex), e.g. 0002:00:00.0.
+#                         chid=: this function's CHID (QEMU's zpci pchid, which CLP reports
+#                         to the guest): that of the ism-emu serving SOCKET; default --chid's
+#   --chid 0xHEX          CHID reported for every ISM function without its own chid=, in hex
+#                         with its 0x, as ism-emu serve --chid takes it (CHID; default 0x1234;
 #                         nonzero, not 0xFF00-0xFFFF; equal on both SMC-Dv2 peers)
 #   --x-ism-post on|off   zpci x-ism-post (experimental): on: QEMU posts data moves
 #                         without the signal flag and waits for the others; it plugs the
@@ -55,6 +58,7 @@
 #   qemu-configs/run-guest.sh -k bzImage -i initrd.cpio.gz --ism /run/ism/a.sock --echo
 #   qemu-configs/run-guest.sh --name g1 --ism /tmp/g1.sock --net-socket /tmp/net.sock --net-server on  &
 #   qemu-configs/run-guest.sh --name g2 --ism /tmp/g2.sock --net-socket /tmp/net.sock --net-server off
+#   qemu-configs/run-guest.sh --name g3 --ism /tmp/a/ism0.sock,chid=0x1234 --ism /tmp/b/ism0.sock,chid=0x5678
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 ARGS_FILE="$REPO_ROOT/qemu-configs/guest.args"
@@ -114,12 +118,26 @@ done
 # --- check the inputs
 [[ "$NAME" =~ ^[A-Za-z0-9._-]+$ ]] || usage_error "--name must be letters, digits, . _ -"
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || usage_error "--timeout must be a number of seconds"
-# Hex with 0x only: a bare 1234 would be 0x04d2 here, and ism-emu refuses it.
-[[ "$CHID" =~ ^0[xX][0-9a-fA-F]{1,4}$ ]] || usage_error "--chid $CHID: give the CHID in hex with 0x, e.g. 0x1234"
-chid_val=$((CHID))
-{ [ "$chid_val" -gt 0 ] && [ "$chid_val" -lt $((0xFF00)) ]; } \
-    || usage_error "--chid $CHID: an ISM CHID must be nonzero and below 0xFF00"
-CHID="$(printf '0x%04x' "$chid_val")"
+# check_chid WHERE VALUE: VALUE as 0x%04x (WHERE prefixes it in an error), or a usage error. Hex with 0x only: a bare
+# 1234 would be 0x04d2 here, and ism-emu refuses it.
+check_chid() {
+    [[ "$2" =~ ^0[xX][0-9a-fA-F]{1,4}$ ]] || usage_error "$1$2: give the CHID in hex with 0x, e.g. 0x1234"
+    { [ $(($2)) -gt 0 ] && [ $(($2)) -lt $((0xFF00)) ]; } \
+        || usage_error "$1$2: an ISM CHID must be nonzero and below 0xFF00"
+    printf '0x%04x' $(($2))
+}
+CHID="$(check_chid "--chid " "$CHID")" || exit 2
+# Each --ism's socket and CHID (its own chid=, else --chid's).
+ism_chids=()
+for i in "${!ism_socks[@]}"; do
+    s="${ism_socks[i]}" c="$CHID"
+    if [[ "$s" == *,* ]]; then
+        [[ "${s#*,}" == chid=* ]] || usage_error "--ism $s: the only option after the socket is chid=0xHEX"
+        c="$(check_chid "--ism ${s%%,*},chid=" "${s#*,chid=}")" || exit 2
+        s="${s%%,*}"
+    fi
+    ism_socks[i]="$s"; ism_chids[i]="$c"
+done
 case "$NET_SERVER" in on|off) ;; *) usage_error "--net-server must be on or off" ;; esac
 case "$X_ISM_POST" in on|off) ;; *) usage_error "--x-ism-post must be on or off" ;; esac
 [[ "$MEM" =~ ^[0-9]+[KMGT]?$ ]] || usage_error "--mem must be a size like 1G or 512M"
@@ -176,8 +194,8 @@ emit_section base
 [ -z "$GUEST_INITRD" ] || emit_section initrd
 if [ "$ECHO" = 1 ]; then emit_section console-stdout; else emit_section console-file; fi
 uid=2
-for s in "${ism_socks[@]}"; do
-    V[ISM_UID]="$uid"; V[ISM_SOCK]="$s"
+for i in "${!ism_socks[@]}"; do
+    V[ISM_UID]="$uid"; V[ISM_SOCK]="${ism_socks[i]}"; V[CHID]="${ism_chids[i]}"
     emit_section ism
     uid=$((uid + 1))
 done

@@ -248,7 +248,8 @@ def clc_fields(payload):
     offers for v1 and v2 (typev1, typev2: R, D, N or B), its SMC-Dv1 GID and CHID (zero
     when it offers no SMC-Dv1), its IPv4 prefix (v1 only), the SMC-Dv2 GID/CHID list,
     the number of user EIDs and whether it carries the system EID; an SMC-D accept or
-    confirm the sender's GID, its DMB token, the link id and, in v2, the CHID. None if
+    confirm the sender's GID, its DMB token, the link id and, in v2, the CHID; a decline
+    its reason (diagnosis). None if
     the payload is no CLC message."""
     if len(payload) < 8 or payload[:4] not in CLC_EYECATCHERS or payload[4] not in CLC_TYPES:
         return None
@@ -274,6 +275,10 @@ def clc_fields(payload):
                 for i in range(gid_cnt):
                     if len(payload) >= lst + 10 * (i + 1):
                         out["v2_gidchids"].append(struct.unpack(">QH", payload[lst + 10 * i:lst + 10 * i + 10]))
+    elif kind == "decline" and len(payload) >= 20:
+        # struct smc_clc_msg_decline: the header, the sender's id_for_peer (8), then the
+        # reason, which the receiver keeps as its peer_diagnosis (smc_clc.c smc_clc_wait_msg).
+        out["diagnosis"] = struct.unpack(">I", payload[16:20])[0]
     elif kind in ("accept", "confirm") and payload[:4] == CLC_EYECATCHERS[1] and len(payload) >= 32:
         # struct smcd_clc_msg_accept_confirm_common, then (v2) the CHID.
         out["gid"], out["token"] = struct.unpack(">QQ", payload[8:24])

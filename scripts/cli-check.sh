@@ -90,6 +90,12 @@ expect_in err "unknown scenario 'slwo'" "faults.sh names the unknown scenario"
 [ ! -e "$WORK/faults" ] && ok "faults.sh ran nothing (not reg-dmb) before refusing slwo" \
     || not_ok "faults.sh started: $(ls "$WORK/faults")"
 
+run env BUILD_DIR="$WORK/build" TOPO_DIR="$WORK/topologies" scripts/topologies.sh chid-one chid-all
+expect_rc 2 "topologies.sh chid-one chid-all: an unknown case"
+expect_in err "unknown case 'chid-all'" "topologies.sh names the unknown case"
+[ ! -e "$WORK/topologies" ] && ok "topologies.sh ran no case before refusing chid-all" \
+    || not_ok "topologies.sh created $WORK/topologies before refusing chid-all"
+
 run env BUILD_DIR="$WORK/build" MATRIX_DIR="$WORK/matrix" scripts/matrix.sh 6.12 9.9
 expect_rc 2 "matrix.sh 6.12 9.9: an unknown kernel line"
 [ ! -e "$WORK/matrix" ] && ok "matrix.sh ran no line before refusing 9.9" || not_ok "matrix.sh created $WORK/matrix"
@@ -121,7 +127,8 @@ for o in --kernel-src --kernel-config --kernel-image --modules-dir --topologies 
 done
 
 # run-guest.sh's options
-for bad in "--kernel" "--chid 0" "--chid 0x0" "--chid 0xff00" "--chid 1234" "--timeout soon" "--net-server maybe" "--mem lots" "--smp 0" "--mac 52:54" "--name a/b"; do
+for bad in "--kernel" "--chid 0" "--chid 0x0" "--chid 0xff00" "--chid 1234" "--timeout soon" "--net-server maybe" "--mem lots" "--smp 0" "--mac 52:54" "--name a/b" \
+    "--ism /x.sock,chid=0xff00" "--ism /x.sock,chid=1234" "--ism /x.sock,vlan=2"; do
     # shellcheck disable=SC2086
     run env BUILD_DIR="$WORK/build" qemu-configs/run-guest.sh $bad
     expect_rc 2 "run-guest.sh $bad is a usage error"

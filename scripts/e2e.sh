@@ -89,27 +89,6 @@ PY
     return $ok
 }
 
-# The VLAN of the topology vlan, and the ports of guest-tests/progs/smcv1's two phases with
-# the SMC-D version each must agree on (from the kernel's code: smcv1's header).
-V1_VLAN=39
-V1_EXPECT=(--expect-clc 12345=1 --expect-clc 12346=2)
-
-# run_v1 [VLAN]: guest a serves, guest b connects, both run smcv1 (over VLAN if given).
-run_v1() {
-    local vlan="${1:-}" a_args=(server 10.0.0.1) b_args=(client 10.0.0.1)
-    if [ -n "$vlan" ]; then
-        a_args=(server "10.0.$vlan.1" "$vlan" "10.0.$vlan.1/24")
-        b_args=(client "10.0.$vlan.1" "$vlan" "10.0.$vlan.2/24")
-    fi
-    emu_start 2
-    guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcv1 "${a_args[@]}"
-    guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcv1 "${b_args[@]}"
-    local ok=0
-    guest_wait a || ok=1
-    guest_wait b || ok=1
-    return $ok
-}
-
 # Seconds guest a may take, after guest b was killed, to see its connection abort. Without
 # the device's GID event it would wait for its 300 s I/O timeout.
 CRASH_ABORT_LIMIT="${CRASH_ABORT_LIMIT:-60}"

@@ -49,37 +49,73 @@ check_artefacts() {
 # emu_start N: the emulator with N functions (sockets ism0..ism<N-1>.sock in RUN_DIR),
 # plus the arguments in the array EMU_EXTRA if set (e.g. --fault SPEC).
 emu_start() {
-    local n="$1" i args=()
-    for ((i = 0; i < n; i++)); do args+=(--socket "$RUN_DIR/ism$i.sock"); done
+    emu_serve "$RUN_DIR" "$CHID" "$1"
+    EMU_PID="$EMU_LAST_PID"
+}
+
+# emu_start_named NAME CHID N: one more emulator, a machine of its own with that CHID and
+# N functions, in RUN_DIR/NAME (sockets ism0..ism<N-1>.sock, control.sock, events.jsonl,
+# emulator.log); its pid in EMU_PID_<NAME>. Guests take its functions as
+# "RUN_DIR/NAME/ismI.sock,chid=CHID" (guest_start). EMU_EXTRA as for emu_start.
+emu_start_named() {
+    mkdir -p "$RUN_DIR/$1"
+    emu_serve "$RUN_DIR/$1" "$2" "$3"
+    printf -v "EMU_PID_$1" '%s' "$EMU_LAST_PID"
+}
+
+# emu_serve DIR CHID N: `ism-emu serve` with N functions, everything of it in DIR; its
+# pid in EMU_LAST_PID once its control socket is up.
+emu_serve() {
+    local dir="$1" chid="$2" n="$3" i args=() pid
+    for ((i = 0; i < n; i++)); do args+=(--socket "$dir/ism$i.sock"); done
     args+=("${EMU_EXTRA[@]}")
-    RUST_LOG="${RUST_LOG:-info}" "$EMU_BIN" serve --chid "$CHID" "${args[@]}" \
-        --control "$RUN_DIR/control.sock" --events "$RUN_DIR/events.jsonl" \
-        >"$RUN_DIR/emulator.log" 2>&1 &
-    EMU_PID=$!
-    _topo_pids+=("$EMU_PID")
-    wait_for_socket "$RUN_DIR/control.sock" 10 "$EMU_PID" && return 0
-    kill -0 "$EMU_PID" 2>/dev/null || { cat "$RUN_DIR/emulator.log" >&2; die "the emulator exited at start"; }
-    die "the emulator did not come up (see $RUN_DIR/emulator.log)"
+    RUST_LOG="${RUST_LOG:-info}" "$EMU_BIN" serve --chid "$chid" "${args[@]}" \
+        --control "$dir/control.sock" --events "$dir/events.jsonl" \
+        >"$dir/emulator.log" 2>&1 &
+    pid=$!
+    _topo_pids+=("$pid")
+    EMU_LAST_PID="$pid"
+    wait_for_socket "$dir/control.sock" 10 "$pid" && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "$dir/emulator.log" >&2; die "the emulator exited at start"; }
+    die "the emulator did not come up (see $dir/emulator.log)"
 }
 
 # emu_stop: SIGTERM, and check that it exited cleanly and removed its sockets.
 emu_stop() {
     [ -n "$EMU_PID" ] || return 0
-    kill -TERM "$EMU_PID" 2>/dev/null || true
     local rc=0
-    timeout 15 tail --pid="$EMU_PID" -f /dev/null || { kill -KILL "$EMU_PID" 2>/dev/null; rc=1; }
-    wait "$EMU_PID" 2>/dev/null || rc=$?
+    emu_stop_at "$EMU_PID" "$RUN_DIR" || rc=1
     EMU_PID=""
+    return "$rc"
+}
+
+# emu_stop_named NAME: emu_stop for an emulator of emu_start_named.
+emu_stop_named() {
+    local var="EMU_PID_$1"
+    [ -n "${!var:-}" ] || return 0
+    emu_stop_at "${!var}" "$RUN_DIR/$1"
+}
+
+# emu_stop_at PID DIR: SIGTERM to the emulator PID, which serves its sockets in DIR.
+emu_stop_at() {
+    local pid="$1" dir="$2" rc=0
+    kill -TERM "$pid" 2>/dev/null || true
+    timeout 15 tail --pid="$pid" -f /dev/null || { kill -KILL "$pid" 2>/dev/null; rc=1; }
+    wait "$pid" 2>/dev/null || rc=$?
     [ "$rc" -eq 0 ] || { warn "emulator exited with status $rc"; return 1; }
-    if compgen -G "$RUN_DIR/*.sock" >/dev/null; then
-        warn "emulator left sockets behind: $(ls "$RUN_DIR"/*.sock)"
+    if compgen -G "$dir/*.sock" >/dev/null; then
+        warn "emulator left sockets behind: $(ls "$dir"/*.sock)"
         return 1
     fi
 }
 
 observe() { "$EMU_BIN" observe --control "$RUN_DIR/control.sock" "$@"; }
+# observe_named NAME ARGS...: observe for an emulator of emu_start_named.
+observe_named() { local n="$1"; shift; "$EMU_BIN" observe --control "$RUN_DIR/$n/control.sock" "$@"; }
 
 # guest_start NAME ISM_SOCKET IP NET_SERVER(on|off) RUN_WORDS...   (ISM_SOCKET "": none)
+# ISM_SOCKET may name several functions, separated by '|', each SOCKET[,chid=0xHEX]
+# (run-guest.sh's --ism; without chid=, CHID's): "$RUN_DIR/A/ism0.sock,chid=0x1234|...".
 # Boots one guest in the background; its pid is in GUEST_PID_<NAME>. QEMU records the
 # guest's network traffic (the first 512 bytes of each frame: enough for the SMC CLC
 # handshake, whose SMC-D version check_e2e.py reads) in RUN_DIR/NAME.net.pcap. Its QEMU
@@ -99,20 +135,27 @@ observe() { "$EMU_BIN" observe --control "$RUN_DIR/control.sock" "$@"; }
 # -global for each guest's QEMU (e.g. vfio-user-pci.x-recv-inline=off).
 guest_start() {
     local name="$1" sock="$2" ip="$3" net_server="$4"; shift 4
-    local run size=() dump=()
+    local run size=() dump=() isms=() specs=() spec fns=() fn
     [ "${GUEST_PCAP:-on}" = off ] ||
         dump=(-object "filter-dump,id=netdump0,netdev=net0,maxlen=512,file=$RUN_DIR/$name.net.pcap")
     run="$(IFS=+; echo "$*")"
     [ -z "${GUEST_MEM:-}" ] || size+=(--mem "$GUEST_MEM")
     [ -z "${GUEST_SMP:-}" ] || size+=(--smp "$GUEST_SMP")
-    # The emulated function this guest gets (emu_start serves ismN.sock as function ismN):
-    # check_e2e.py compares the guest's view of it (/sys/class/dibs) with the host's.
-    # An empty ISM_SOCKET: no ISM function (the loopback-ism guest of make coverage).
-    basename "${sock:-none}" .sock >"$RUN_DIR/$name.function"
+    # The emulated functions this guest gets (emu_start serves ismN.sock as function ismN;
+    # one of emu_start_named NAME's is NAME/ismN): check_e2e.py compares the guest's view
+    # of its function (/sys/class/dibs) with the host's. An empty ISM_SOCKET: no ISM
+    # function (the loopback-ism guest of make coverage).
+    IFS='|' read -r -a specs <<<"$sock"
+    for spec in ${specs[@]+"${specs[@]}"}; do
+        isms+=(--ism "$spec")
+        fn="${spec%%,*}"; fn="${fn%.sock}"
+        [[ "$fn" == "$RUN_DIR"/* ]] && fns+=("${fn#"$RUN_DIR"/}") || fns+=("${fn##*/}")
+    done
+    echo "${fns[*]:-none}" >"$RUN_DIR/$name.function"
     local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}"
     ${GUEST_CPUS:+taskset -c "$GUEST_CPUS"} "$REPO_ROOT/qemu-configs/run-guest.sh" --name "$name" \
         --kernel "$(guest_kernel)" --initrd "$(guest_initrd)" --append "$append" \
-        ${sock:+--ism "$sock"} --chid "$CHID" \
+        ${isms[@]+"${isms[@]}"} --chid "$CHID" \
         --net-socket "${GUEST_NET:-$RUN_DIR/net.sock}" --net-server "$net_server" "${size[@]}" \
         --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
         --pidfile "$RUN_DIR/$name.qemu.pid" \
@@ -241,6 +284,31 @@ run_pair() {
     emu_start 2
     guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcsuite server 10.0.0.1 "$@"
     guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcsuite client 10.0.0.1 "$@"
+    local ok=0
+    guest_wait a || ok=1
+    guest_wait b || ok=1
+    return $ok
+}
+
+# The VLAN of the topology vlan (e2e.sh, topologies.sh), and the ports of guest-tests/progs/smcv1's two phases with
+# the SMC-D version each must agree on (from the kernel's code: smcv1's header).
+# shellcheck disable=SC2034 # used by the scripts that source this one
+V1_VLAN=39
+# shellcheck disable=SC2034
+V1_EXPECT=(--expect-clc "12345=1" --expect-clc "12346=2")
+
+# run_v1 [VLAN]: SMC-Dv1 (e2e.sh's topologies v1 and vlan, topologies.sh's cases): guest a
+# serves, guest b connects, both run smcv1 (over VLAN if given); check_e2e.py then holds the
+# handshakes to V1_EXPECT.
+run_v1() {
+    local vlan="${1:-}" a_args=(server 10.0.0.1) b_args=(client 10.0.0.1)
+    if [ -n "$vlan" ]; then
+        a_args=(server "10.0.$vlan.1" "$vlan" "10.0.$vlan.1/24")
+        b_args=(client "10.0.$vlan.1" "$vlan" "10.0.$vlan.2/24")
+    fi
+    emu_start 2
+    guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcv1 "${a_args[@]}"
+    guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcv1 "${b_args[@]}"
     local ok=0
     guest_wait a || ok=1
     guest_wait b || ok=1

@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""One run of a `make topologies` case (scripts/topologies.sh), held to what the kernel's
+code decides, in one line: the case, its verdict (as expected / NOT as expected), the SMC
+version, the CHIDs offered and accepted, the mode and the decline reason if any.
+
+  chid  the CHID cases (guest-tests/progs/smcchid: connections b->a to port 12345, then
+        a->b to 12346), each guest with ISM functions of one or two emulators
+        (RUN_DIR/<name>/: snapshot.json, events.jsonl). The verdict comes from
+          the wire   (the guests' captures): what each proposal offered, in which order,
+                     which CHID the accept named, or the decline and its reason;
+          the guests (smctest's CONN lines, from the kernel's sock_diag): the mode, the
+                     GID each side used, the fallback reasons; every byte checked;
+          the host   (each emulator's events): which emulator's functions and DMBs carried
+                     the connections, and that no other emulator registered a DMB.
+  e2e   the v1 and vlan cases: scripts/check_e2e.py's verdict (--status) on the run,
+        summed up from the same capture and consoles.
+
+The expected choice is computed from the guests' own ISM functions by the kernel's rules
+(net/smc as of 6.12; the functions below name where each rule is), never from a run.
+"""
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+import check_e2e
+
+# SMC_CLC_DECL_* (net/smc/smc_clc.h) the CHID cases can see.
+DECL_NOSMCD2DEV = 0x03030007   # no SMC-Dv2 device found
+DECL_PEERDECL = 0x05000000     # peer declined during handshake
+REASON_NAMES = {DECL_NOSMCD2DEV: "NOSMCD2DEV", DECL_PEERDECL: "PEERDECL"}
+
+# smcchid's phases: server port -> (client, server).
+PHASES = {12345: ("b", "a"), 12346: ("a", "b")}
+
+ISMDEV_RE = re.compile(r"^ISMTEST: ISMDEV (\S+) .*\bpchid=(0x[0-9a-fA-F]+)")
+SMCDEV_RE = re.compile(r"^SMCDEV (\d+) (\S+)")
+ADDR_RE = re.compile(r":(\d+)$")
+
+
+def reason_name(code):
+    return REASON_NAMES.get(code, f"{code:#010x}")
+
+
+# ---- the kernel's rules --------------------------------------------------------------
+def offer_order(registered, pchids):
+    """The CHIDs a client offers for SMC-Dv2, in the proposal's order.
+
+    net/smc/smc_ism.c smcd_register_dev puts each device without a PNET ID at the head of
+    smcd_dev_list (list_add), so the list runs against the registration order (the
+    guests set no PNET ID: none of the CHID cases' functions has one).
+    net/smc/af_smc.c smc_find_ism_v2_device_clnt walks that list from its head and takes
+    one device per CHID (smc_find_ism_v2_is_unique_chid); smc_clc.c smc_clc_send_proposal
+    writes them into the SMC-Dv2 GID/CHID list in that order.
+    registered: the PCI functions in the order smc registered them; pchids: {function: CHID}.
+    """
+    out = []
+    for fn in reversed(registered):
+        chid = pchids.get(fn)
+        if chid is not None and chid not in out:
+            out.append(chid)
+    return out
+
+
+def server_choice(offered, server_chids):
+    """The CHID the server accepts, or None (it then declines with NOSMCD2DEV).
+
+    net/smc/af_smc.c smc_find_ism_v2_device_serv checks the proposal's entries in order
+    (smc_check_ism_v2_match: a local device on that CHID that can reach the GID; the
+    emulator's functions on one CHID reach each other) and tries the matches in that order
+    (smc_listen_ism_init on ism_dev[0] first): the first offered CHID the server has wins.
+    With no match it stores SMC_CLC_DECL_NOSMCD2DEV; v1 is not offered (no PNET ID), so
+    smc_listen_find_device returns that, and smc_listen_decline sends it.
+    """
+    return next((c for c in offered if c in server_chids), None)
+
+
+def expected_fallback(side):
+    """(reason, peer diagnosis) sock_diag shows for a connection the server declined.
+
+    Server: smc_listen_work -> smc_listen_decline(rc = NOSMCD2DEV) -> smc_switch_to_fallback
+    with that reason; it never received a decline, so its peer_diagnosis stays 0.
+    Client: smc_clc.c smc_clc_wait_msg turns the decline into SMC_CLC_DECL_PEERDECL and
+    keeps its reason as peer_diagnosis; af_smc.c smc_connect_decline_fallback falls back
+    with PEERDECL.
+    """
+    return (DECL_NOSMCD2DEV, 0) if side == "server" else (DECL_PEERDECL, DECL_NOSMCD2DEV)
+
+
+# ---- what the run left ---------------------------------------------------------------
+def read_guest(path):
+    """{pchids, registered, conns, passed} from one guest's console."""
+    g = {"pchids": {}, "registered": [], "conns": [], "passed": False}
+    for line in path.read_text(errors="replace").splitlines():
+        line = line.strip()
+        m = ISMDEV_RE.match(line)
+        if m:
+            g["pchids"][m.group(1)] = int(m.group(2), 16)
+        m = SMCDEV_RE.match(line)
+        if m:
+            g["registered"].append(m.group(2))
+        m = check_e2e.CONN_RE.match(line)
+        if m:
+            g["conns"].append(check_e2e.fields(m.group(1)))
+        if line.startswith("ISMTEST: RESULT PASS"):
+            g["passed"] = True
+    return g
+
+
+def read_emulator(d):
+    """{chid, gids: {gid: function}, events} of one emulator's folder."""
+    snap = json.loads((d / "snapshot.json").read_text())
+    events = [json.loads(x) for x in (d / "events.jsonl").read_text().splitlines() if x.strip()]
+    return {"chid": int(snap["chid"], 16),
+            "gids": {int(f["gid"], 16): f["name"] for f in snap["functions"]},
+            "moves": sum(int(f.get("counters", {}).get("moves_out", 0)) for f in snap["functions"]),
+            "events": events}
+
+
+def port_of(addr):
+    m = ADDR_RE.search(addr or "")
+    return int(m.group(1)) if m else None
+
+
+def hexlist(chids):
+    return ",".join(f"{c:#06x}" for c in chids) or "none"
+
+
+# ---- the CHID cases ------------------------------------------------------------------
+def check_chid(guests, emulators, handshakes, conns_per_phase):
+    """(errors, summary): the run against the kernel's rules, phase by phase."""
+    errors, phases = [], []
+    by_gid = {gid: (name, emu["chid"], fn) for name, emu in emulators.items() for gid, fn in emu["gids"].items()}
+    chosen_anywhere = set()
+    for port, (client, server) in sorted(PHASES.items()):
+        where = f"{client}->{server}"
+        cg, sg = guests.get(client), guests.get(server)
+        if cg is None or sg is None:
+            errors.append(f"{where}: no console of guest {client if cg is None else server}")
+            continue
+        if not cg["registered"]:
+            errors.append(f"{where}: guest {client} printed no SMCDEV lines (smc's registration order)")
+        offered = offer_order(cg["registered"], cg["pchids"])
+        want = server_choice(offered, set(sg["pchids"].values()))
+        if want is not None:
+            chosen_anywhere.add(want)
+        ph = {"where": where, "offered": offered, "want": want, "accepted": [], "declines": [], "modes": []}
+        phases.append(ph)
+        # The wire.
+        hs = {c: m for c, m in handshakes.items() if port_of(c) == port}
+        if len(hs) != conns_per_phase:
+            errors.append(f"{where}: {len(hs)} CLC handshakes on the wire, {conns_per_phase} connections made")
+        for conn, msgs in sorted(hs.items()):
+            prop, acc, dec = msgs.get("proposal"), msgs.get("accept"), msgs.get("decline")
+            got = [c for _, c in prop.get("v2_gidchids", [])] if prop else None
+            if got != offered:
+                errors.append(f"{conn}: the proposal offered CHIDs {hexlist(got or [])}, "
+                              f"the kernel's order is {hexlist(offered)}")
+            if prop and prop.get("typev1") not in ("N", None):
+                errors.append(f"{conn}: the proposal offers SMC-Dv1 ({prop['typev1']}) without a PNET ID")
+            if want is None:
+                if acc:
+                    errors.append(f"{conn}: accepted CHID {acc.get('chid', 0):#06x}, expected a decline")
+                if not dec:
+                    errors.append(f"{conn}: no decline on the wire")
+                elif dec.get("diagnosis") != DECL_NOSMCD2DEV:
+                    errors.append(f"{conn}: the decline says {reason_name(dec.get('diagnosis', 0))}, "
+                                  f"expected NOSMCD2DEV")
+                else:
+                    ph["declines"].append(dec["diagnosis"])
+            else:
+                if not acc or acc.get("version") != 2:
+                    errors.append(f"{conn}: no SMC-Dv2 accept on the wire ({sorted(k for k in msgs if k != 'vlan')})")
+                    continue
+                ph["accepted"].append(acc.get("chid"))
+                if acc.get("chid") != want:
+                    errors.append(f"{conn}: accepted CHID {acc.get('chid', 0):#06x}, the kernel's choice is {want:#06x}")
+                if "confirm" not in msgs:
+                    errors.append(f"{conn}: no confirm on the wire")
+        # The guests and the host, connection by connection; each connection's bytes as
+        # the receiver checked them (smctest's checksum) the same on both sides.
+        sums = {}
+        for side, g in (("client", cg), ("server", sg)):
+            mine = [c for c in g["conns"] if port_of(c.get("peer" if side == "client" else "local")) == port]
+            if len(mine) != conns_per_phase:
+                errors.append(f"{where}: {len(mine)} CONN lines on {side} {client if side == 'client' else server}, "
+                              f"expected {conns_per_phase}")
+            sums[side] = sorted((c.get("idx"), c.get("bytes"), c.get("checksum")) for c in mine)
+            for c in mine:
+                tag = f"{where} {side} conn {c.get('idx')}"
+                if c.get("verify") != "ok":
+                    errors.append(f"{tag}: its bytes did not verify")
+                ph["modes"].append(c.get("mode"))
+                if want is None:
+                    reason = int(c.get("reason", "0"), 16)
+                    peer = int(c.get("peer_diag", "0"), 16)
+                    if c.get("mode") != "FALLBACK" or (reason, peer) != expected_fallback(side):
+                        wr, wp = expected_fallback(side)
+                        errors.append(f"{tag}: mode {c.get('mode')} reason {reason_name(reason)} peer_diag "
+                                      f"{reason_name(peer)}, expected FALLBACK {reason_name(wr)} / {reason_name(wp)}")
+                    continue
+                if c.get("mode") != "SMCD":
+                    errors.append(f"{tag}: mode {c.get('mode')}, expected SMCD")
+                    continue
+                gid, token = int(c.get("my_gid", "0"), 16), int(c.get("token", "0"), 16)
+                owner = by_gid.get(gid)
+                if owner is None:
+                    errors.append(f"{tag}: GID {gid:#018x} is no emulator's")
+                    continue
+                emu, chid, fn = owner
+                if chid != want:
+                    errors.append(f"{tag}: ran on emulator {emu} (CHID {chid:#06x}), expected CHID {want:#06x}")
+                ev = emulators[emu]["events"]
+                reg = [e for e in ev if e.get("kind") == "dmb_registered" and e.get("function") == fn
+                       and e.get("token") and int(e["token"], 16) == token]
+                opened = [e for e in ev if e.get("kind") == "conn_opened"
+                          and e.get("token") and int(e["token"], 16) == token]
+                if not reg or not opened:
+                    errors.append(f"{tag}: emulator {emu} saw {'no' if not reg else 'a'} registration of DMB "
+                                  f"{token:#x} by {fn} and {'no' if not opened else 'a'} connection on it")
+        if sums.get("client") != sums.get("server"):
+            errors.append(f"{where}: the client's connections (idx, bytes, checksum) {sums.get('client')} "
+                          f"differ from the server's {sums.get('server')}")
+    # The host: an emulator no phase chose registered no DMB and moved nothing.
+    for name, emu in sorted(emulators.items()):
+        if emu["chid"] in chosen_anywhere:
+            continue
+        regs = [e for e in emu["events"] if e.get("kind") in ("dmb_registered", "conn_opened")]
+        if regs or emu["moves"]:
+            errors.append(f"emulator {name} (CHID {emu['chid']:#06x}, chosen by no connection): "
+                          f"{len(regs)} DMB registrations/connections, {emu['moves']} moves")
+    return errors, phases
+
+
+def host_view(emulators):
+    """"A 0x1234: 0 DMBs, 0 conns; B ...": each emulator's DMB registrations and connections."""
+    out = []
+    for name, emu in sorted(emulators.items()):
+        n = {k: sum(1 for e in emu["events"] if e.get("kind") == k) for k in ("dmb_registered", "conn_opened")}
+        out.append(f"{name} {emu['chid']:#06x} {n['dmb_registered']} DMBs {n['conn_opened']} conns")
+    return ", ".join(out) or "no emulator"
+
+
+def chid_line(case, errors, phases, host):
+    """The case's one line."""
+    offered = " ".join(f"{p['where']} {hexlist(p['offered'])}" for p in phases)
+    accepted, modes, declines = [], [], set()
+    for p in phases:
+        got = sorted(set(p["accepted"]))
+        accepted.append(f"{p['where']} {hexlist(got) if got else 'none'}"
+                        f"{' x' + str(len(p['accepted'])) if got else ''}")
+        modes += p["modes"]
+        declines |= set(p["declines"])
+    version = "v2" if any(p["accepted"] for p in phases) else "-"
+    mode = "/".join(f"{'SMC-D' if m == 'SMCD' else 'TCP' if m == 'FALLBACK' else m} {modes.count(m)}"
+                    for m in sorted(set(modes), key=str)) or "none"
+    decline = ",".join(reason_name(d) for d in sorted(declines)) or "none"
+    return (f"{case:<10} {'as expected' if not errors else 'NOT as expected'}: version {version}; "
+            f"CHIDs offered {offered}; accepted {' '.join(accepted)}; mode {mode}; decline {decline}; "
+            f"host {host}")
+
+
+# ---- the v1 and vlan cases (check_e2e.py decided) -------------------------------------
+def e2e_line(case, ok, handshakes, guests):
+    versions = sorted({f"{port_of(c)}:v{m['accept']['version']}" for c, m in handshakes.items() if "accept" in m})
+    offered, accepted = set(), set()
+    for m in handshakes.values():
+        p = m.get("proposal")
+        if p:
+            if p.get("chid"):
+                offered.add(p["chid"])
+            offered |= {c for _, c in p.get("v2_gidchids", [])}
+        if "accept" in m and m["accept"].get("chid"):
+            accepted.add(m["accept"]["chid"])
+    modes = [c.get("mode") for g in guests.values() for c in g["conns"]]
+    mode = "/".join(f"{'SMC-D' if m == 'SMCD' else m} {modes.count(m)}" for m in sorted(set(modes), key=str))
+    declines = sorted({m["decline"].get("diagnosis", 0) for m in handshakes.values() if "decline" in m})
+    return (f"{case:<10} {'as expected' if ok else 'NOT as expected'}: version {' '.join(versions) or '-'}; "
+            f"CHIDs offered {hexlist(sorted(offered))}; accepted {hexlist(sorted(accepted))} (v2); "
+            f"mode {mode or 'none'}; decline {','.join(reason_name(d) for d in declines) or 'none'}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("kind", choices=("chid", "e2e"))
+    ap.add_argument("--case", required=True)
+    ap.add_argument("--run-dir", required=True, type=pathlib.Path)
+    ap.add_argument("--emulator", action="append", default=[], metavar="NAME",
+                    help="chid: an emulator's folder RUN_DIR/NAME (repeat)")
+    ap.add_argument("--conns", type=int, default=3, help="chid: connections per phase (smcchid's)")
+    ap.add_argument("--status", type=int, default=0, help="e2e: check_e2e.py's exit status")
+    ap.add_argument("--line", type=pathlib.Path, help="also write the one line here")
+    args = ap.parse_args()
+    guests = {log.name.split(".")[0]: read_guest(log) for log in sorted(args.run_dir.glob("*.console.log"))}
+    try:
+        handshakes = check_e2e.clc_handshakes(args.run_dir)
+    except (OSError, ValueError) as e:
+        handshakes, capture_error = {}, f"cannot read the capture: {e}"
+    else:
+        capture_error = None
+    if args.kind == "e2e":
+        ok = args.status == 0 and capture_error is None
+        line, errors = e2e_line(args.case, ok, handshakes, guests), [capture_error] if capture_error else []
+    else:
+        emulators, errors = {}, [capture_error] if capture_error else []
+        for name in args.emulator:
+            try:
+                emulators[name] = read_emulator(args.run_dir / name)
+            except (OSError, ValueError, KeyError) as e:
+                errors.append(f"emulator {name}: {e}")
+        for g, v in sorted(guests.items()):
+            if not v["passed"]:
+                errors.append(f"guest {g}: its program did not pass (ISMTEST: RESULT)")
+        more, phases = check_chid(guests, emulators, handshakes, args.conns)
+        errors += more
+        line = chid_line(args.case, errors, phases, host_view(emulators))
+    print(line)
+    for e in errors:
+        print(f"  {args.case}: {e}")
+    if args.line:
+        args.line.write_text(line + "\n")
+    return 0 if not errors and (args.kind == "chid" or args.status == 0) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

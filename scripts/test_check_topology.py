@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""check_topology.py (make unit): the kernel's rules for which CHID a connection gets, and
+a CHID case's run held to them from the wire, the guests and the host. The runs are
+built here from the lines a 6.12 guest prints (smcchid's SMCDEV, /init's ISMDEV,
+smctest's CONN), the CLC messages as net/smc/smc_clc.h lays them out and the emulators'
+events; each check must pass on the run the kernel's code predicts and fail on every
+way a run could differ from it."""
+
+import json
+import os
+import pathlib
+import struct
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import check_e2e  # noqa: E402
+import check_topology as ct  # noqa: E402
+from test_check_e2e import EYE_D, accept_confirm, pcap  # noqa: E402
+
+A, B = 0x1234, 0x5678
+F2, F3 = "0002:00:00.0", "0003:00:00.0"
+
+
+def gid(chid, i):
+    return (chid << 48) | (0x49534D << 16) | (i + 1)
+
+
+def proposal_v2(entries):
+    """A client's SMC-Dv2-only proposal (no PNET ID: no v1) offering (gid, chid) entries."""
+    head = bytes(32) + struct.pack(">QHH", 0, 0, 28) + bytes(28)
+    ext = struct.pack(">BBBBxxH", 0, len(entries), 0, 0x11, 32) + bytes(32) + b"SEID".ljust(32) + bytes(16)
+    body = head + ext + b"".join(struct.pack(">QH", g, c) for g, c in entries) + EYE_D
+    return EYE_D + bytes([1]) + struct.pack(">H", 8 + len(body)) + bytes([0x20 | 2 | (1 << 2)]) + body
+
+
+def decline(diag):
+    body = bytes(8) + struct.pack(">I", diag) + bytes(4) + EYE_D
+    return EYE_D + bytes([4]) + struct.pack(">H", 8 + len(body)) + bytes([0x20]) + body
+
+
+class Rules(unittest.TestCase):
+    def test_offer_runs_against_the_registration_order(self):
+        # smcd_register_dev puts each at the head: registered 0003 then 0002 -> 0002 first.
+        self.assertEqual(ct.offer_order([F3, F2], {F2: A, F3: B}), [A, B])
+        self.assertEqual(ct.offer_order([F2, F3], {F2: A, F3: B}), [B, A])
+
+    def test_one_device_per_chid(self):
+        self.assertEqual(ct.offer_order([F3, F2], {F2: A, F3: A}), [A])
+
+    def test_server_takes_the_first_offered_chid_it_has(self):
+        self.assertEqual(ct.server_choice([A, B], {A, B}), A)
+        self.assertEqual(ct.server_choice([B, A], {A, B}), B)
+        self.assertEqual(ct.server_choice([A, B], {B}), B)
+        self.assertIsNone(ct.server_choice([A], {B}))
+
+    def test_fallback_reasons(self):
+        self.assertEqual(ct.expected_fallback("server"), (ct.DECL_NOSMCD2DEV, 0))
+        self.assertEqual(ct.expected_fallback("client"), (ct.DECL_PEERDECL, ct.DECL_NOSMCD2DEV))
+
+    def test_decline_reason_on_the_wire(self):
+        self.assertEqual(check_e2e.clc_fields(decline(0x03030007))["diagnosis"], 0x03030007)
+
+    def test_proposal_list(self):
+        f = check_e2e.clc_fields(proposal_v2([(gid(A, 0), A), (gid(B, 0), B)]))
+        self.assertEqual((f["typev1"], f["typev2"]), ("N", "D"))
+        self.assertEqual(f["v2_gidchids"], [(gid(A, 0), A), (gid(B, 0), B)])
+
+
+class Run:
+    """A CHID case's run folder: guest a (functions fa) and b (fb), each [(pci, chid, gid)]
+    in uid order, smc's registration order the reverse of it (as 6.12 printed it). `pick`:
+    the CHID each phase's connections ran on (None: fallback), as the run did it."""
+
+    def __init__(self, d, fa, fb, pick, conns=2, offer=None, accept_chid=None, emu_of=None):
+        self.d = pathlib.Path(d)
+        frames = []
+        emus = {"A": (A, []), "B": (B, [])}
+        for fns in (fa, fb):
+            for _, chid, g in fns:
+                emus["A" if chid == A else "B"][1].append(g)
+        for name, (chid, gids) in emus.items():
+            (self.d / name).mkdir()
+            fl = [{"name": f"ism{i}", "gid": f"{g:#018x}"} for i, g in enumerate(gids)]
+            (self.d / name / "snapshot.json").write_text(json.dumps({"chid": f"{chid:#06x}", "functions": fl}))
+            (self.d / name / "events.jsonl").write_text("")
+        consoles = {"a": [], "b": []}
+        for guest, fns in (("a", fa), ("b", fb)):
+            consoles[guest] += [f"ISMTEST: ISMDEV {p} uid=0x2 fid=0x2 pchid={c:#06x} pft=0x05" for p, c, _ in fns]
+            consoles[guest] += [f"SMCDEV {i + 1} {p}" for i, (p, _, _) in enumerate(reversed(fns))]
+        ips = {"a": "10.0.0.1", "b": "10.0.0.2"}
+        token = 0x100
+        for port, (client, server) in sorted(ct.PHASES.items()):
+            chid = pick[port]
+            cf, sf = (fa, fb) if client == "a" else (fb, fa)
+            offered = [(g, c) for _, c, g in cf] if offer is None else offer
+            for i in range(conns):
+                cport = 40000 + port + i
+                c, s = ips[client], ips[server]
+                frames.append((c, cport, s, port, proposal_v2(offered)))
+                if chid is None:
+                    frames.append((s, port, c, cport, decline(ct.DECL_NOSMCD2DEV)))
+                    for side, g, lp, pp in (("client", client, f"{c}:{cport}", f"{s}:{port}"),
+                                            ("server", server, f"{s}:{port}", f"{c}:{cport}")):
+                        r, pd = ct.expected_fallback(side)
+                        consoles[g].append(f"CONN test=seq idx={i} side={side} mode=FALLBACK state=ACTIVE local={lp} "
+                                           f"peer={pp} reason={r:#010x} reason_name=X peer_diag={pd:#010x} "
+                                           f"peer_diag_name=X inode=1 bytes=1 rounds=2 checksum=0x1 secs=0.1 verify=ok")
+                    continue
+                run_chid = chid if emu_of is None else emu_of
+                cg = next(g for _, ch, g in cf if ch == run_chid)
+                sg = next(g for _, ch, g in sf if ch == run_chid)
+                emu = "A" if run_chid == A else "B"
+                for side, g, lp, pp, mine in (("client", client, f"{c}:{cport}", f"{s}:{port}", cg),
+                                              ("server", server, f"{s}:{port}", f"{c}:{cport}", sg)):
+                    token += 1
+                    fn = f"ism{emus[emu][1].index(mine)}"
+                    with (self.d / emu / "events.jsonl").open("a") as ev:
+                        ev.write(json.dumps({"kind": "dmb_registered", "function": fn, "token": f"{token:#x}"}) + "\n")
+                        ev.write(json.dumps({"kind": "conn_opened", "function": fn, "token": f"{token:#x}"}) + "\n")
+                    consoles[g].append(f"CONN test=seq idx={i} side={side} mode=SMCD state=ACTIVE local={lp} peer={pp} "
+                                       f"token={token:#018x} peer_token=0x0 my_gid={mine:#018x} peer_gid=0x0 "
+                                       f"bytes=1 rounds=2 checksum=0x1 secs=0.1 verify=ok")
+                frames.append((s, port, c, cport, accept_confirm(2, 2, sg, token, chid=accept_chid or chid)))
+                frames.append((c, cport, s, port, accept_confirm(3, 2, cg, token - 1, chid=chid)))
+        for guest, lines in consoles.items():
+            (self.d / f"{guest}.console.log").write_text("\n".join(lines + ["ISMTEST: RESULT PASS"]) + "\n")
+        (self.d / "a.net.pcap").write_bytes(pcap(frames))
+
+    def check(self):
+        guests = {g: ct.read_guest(self.d / f"{g}.console.log") for g in ("a", "b")}
+        emulators = {n: ct.read_emulator(self.d / n) for n in ("A", "B")}
+        return ct.check_chid(guests, emulators, check_e2e.clc_handshakes(self.d), 2)
+
+
+BOTH_A = [(F2, A, gid(A, 0)), (F3, B, gid(B, 0))]
+BOTH_B = [(F2, B, gid(B, 1)), (F3, A, gid(A, 1))]
+ONE_B = [(F2, B, gid(B, 1))]
+
+
+class ChidCases(unittest.TestCase):
+    def run_case(self, fa, fb, pick, **kw):
+        with tempfile.TemporaryDirectory() as d:
+            return Run(d, fa, fb, pick, **kw).check()
+
+    def test_both_each_client_first_chid(self):
+        # b's list head is its uid 2 (B), a's is A: b->a on B, a->b on A.
+        errors, phases = self.run_case(BOTH_A, BOTH_B, {12345: B, 12346: A})
+        self.assertEqual(errors, [])
+        self.assertEqual([p["want"] for p in phases], [B, A])
+        line = ct.chid_line("chid-both", errors, phases, "h")
+        self.assertIn("as expected: version v2; CHIDs offered b->a 0x5678,0x1234 a->b 0x1234,0x5678", line)
+
+    def test_both_fails_on_the_other_chid(self):
+        errors, _ = self.run_case(BOTH_A, BOTH_B, {12345: A, 12346: A})
+        self.assertTrue(any("accepted CHID 0x1234, the kernel's choice is 0x5678" in e for e in errors), errors)
+        self.assertTrue(any("ran on emulator A" in e for e in errors), errors)
+
+    def test_fails_on_an_offer_in_another_order(self):
+        errors, _ = self.run_case(BOTH_A, BOTH_B, {12345: B, 12346: A},
+                                  offer=[(gid(A, 1), A), (gid(B, 1), B)])
+        self.assertTrue(any("the proposal offered CHIDs 0x1234,0x5678, the kernel's order is" in e for e in errors), errors)
+
+    def test_fails_when_the_host_saw_another_emulator(self):
+        errors, _ = self.run_case(BOTH_A, BOTH_B, {12345: B, 12346: A}, emu_of=A)
+        self.assertTrue(any("ran on emulator A (CHID 0x1234), expected CHID 0x5678" in e for e in errors), errors)
+
+    def test_one_common_chid(self):
+        errors, phases = self.run_case(BOTH_A, ONE_B, {12345: B, 12346: B})
+        self.assertEqual(errors, [])
+        self.assertEqual([p["offered"] for p in phases], [[B], [A, B]])
+        # The emulator nobody chose must have seen nothing: A did not.
+
+    def test_none_declines(self):
+        errors, phases = self.run_case([(F2, A, gid(A, 0))], ONE_B, {12345: None, 12346: None})
+        self.assertEqual(errors, [])
+        line = ct.chid_line("chid-none", errors, phases, "h")
+        self.assertIn("mode TCP 8; decline NOSMCD2DEV", line)
+
+    def test_none_fails_if_a_connection_was_accepted(self):
+        errors, _ = self.run_case([(F2, A, gid(A, 0))], [(F2, A, gid(A, 1))], {12345: A, 12346: A})
+        self.assertEqual(errors, [])   # a common CHID: SMC-D is right ...
+        errors, _ = self.run_case([(F2, A, gid(A, 0))], ONE_B, {12345: None, 12346: None}, conns=1)
+        self.assertTrue(any("CLC handshakes on the wire" in e for e in errors), errors)   # ... 1 of 2 conns
+
+    def test_bytes_that_differ_fail(self):
+        with tempfile.TemporaryDirectory() as d:
+            run = Run(d, BOTH_A, ONE_B, {12345: B, 12346: B})
+            log = run.d / "b.console.log"
+            log.write_text(log.read_text().replace("checksum=0x1", "checksum=0x2", 1))
+            errors, _ = run.check()
+        self.assertTrue(any("differ from the server's" in e for e in errors), errors)
+
+    def test_an_unchosen_emulator_with_a_dmb_fails(self):
+        with tempfile.TemporaryDirectory() as d:
+            run = Run(d, BOTH_A, ONE_B, {12345: B, 12346: B})
+            with (run.d / "A" / "events.jsonl").open("a") as ev:
+                ev.write(json.dumps({"kind": "dmb_registered", "function": "ism0", "token": "0x9"}) + "\n")
+            errors, _ = run.check()
+        self.assertTrue(any("emulator A (CHID 0x1234, chosen by no connection)" in e for e in errors), errors)
+
+
+if __name__ == "__main__":
+    unittest.main()

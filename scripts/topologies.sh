@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The topologies real installations have (issue 39), one line per case: its verdict (as
+# expected / NOT as expected), the SMC version, the CHIDs offered and accepted, the mode
+# and the decline reason if any. Each case's expectation comes from the kernel's code
+# (scripts/check_topology.py names the functions; docs/testing.md, "make topologies").
+#
+# Usage: scripts/topologies.sh [CASE...]   (default: every case)
+#   v1         SMC-Dv1: NIC and ISM function share a PNET ID (e2e.sh's topology v1)
+#   vlan       the same over an 802.1Q interface (e2e.sh's topology vlan)
+#   chid-both  two emulators (CHIDs A and B); guests a and b each have a function on
+#              both, in opposite order: the client offers its CHIDs in the order of its
+#              smcd_dev_list, the server takes the first it has, for every connection
+#   chid-one   a on A and B, b on B only: B in both directions
+#   chid-none  a on A, b on B: no common CHID; the server declines (NOSMCD2DEV), both
+#              sides fall back to TCP with the bytes intact, no emulator sees a DMB
+# Environment: KERNEL, VARIANT (default 6.12, stock), CHID_A and CHID_B (0x1234, 0x5678),
+# TOPO_DIR (logs, default build/topologies), GUEST_TIMEOUT (s, default 600).
+# Exit status: 0 if every case was as expected, 1 if not, 2 on a usage error.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$REPO_ROOT/scripts/topology.sh"
+
+ALL_CASES=(v1 vlan chid-both chid-one chid-none)
+help_and_no_options "$@"
+cases=("$@")
+[ ${#cases[@]} -gt 0 ] || cases=("${ALL_CASES[@]}")
+for c in "${cases[@]}"; do one_of case "$c" "${ALL_CASES[@]}"; done
+check_kernel_selection
+need_packages guests   # python3: check_e2e.py, check_topology.py
+TOPO_DIR="${TOPO_DIR:-$BUILD_DIR/topologies}"
+CHID_A="${CHID_A:-0x1234}"
+CHID_B="${CHID_B:-0x5678}"
+check_artefacts
+mkdir -p "$TOPO_DIR"
+
+# run_chid CASE FALLBACK A_FUNCS B_FUNCS A_SPECS B_SPECS: emulators A and B with that
+# many functions, guests a and b with the functions their specs name (guest_start), both
+# running smcchid (FALLBACK: "fallback" or ""); then each emulator's snapshot, its clean
+# stop, and check_topology.py's line.
+run_chid() {
+    local case="$1" fallback="$2" rc=0 st
+    emu_start_named A "$CHID_A" "$3"
+    emu_start_named B "$CHID_B" "$4"
+    guest_start a "$5" 10.0.0.1/24 on smcchid a 10.0.0.2 ${fallback:+"$fallback"}
+    guest_start b "$6" 10.0.0.2/24 off smcchid b 10.0.0.1 ${fallback:+"$fallback"}
+    guest_wait a || rc=1
+    guest_wait b || rc=1
+    for e in A B; do
+        observe_named "$e" json >"$RUN_DIR/$e/snapshot.json" 2>>"$RUN_DIR/$e/emulator.log" || rc=1
+        emu_stop_named "$e" && st=0 || st=$?
+        record_check "emulator_${e}_clean_shutdown" "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
+    done
+    topo_cleanup
+    python3 "$REPO_ROOT/scripts/check_topology.py" chid --case "$case" --run-dir "$RUN_DIR" \
+        --emulator A --emulator B --line "$RUN_DIR/line" >"$RUN_DIR/check.txt" || rc=1
+    grep '^  ' "$RUN_DIR/check.txt" || true   # what was not as expected
+    return "$rc"
+}
+
+# run_v1_case CASE [VLAN]: e2e.sh's run_v1, held to V1_EXPECT by check_e2e.py, in one line.
+run_v1_case() {
+    local case="$1" vlan="${2:-}" rc=0 st
+    run_v1 ${vlan:+"$vlan"} || rc=1
+    observe json >"$RUN_DIR/snapshot.json" 2>>"$RUN_DIR/emulator.log" || rc=1
+    emu_stop && st=0 || st=$?
+    record_check emulator_clean_shutdown "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
+    topo_cleanup
+    python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" \
+        --checks "$RUN_DIR/checks.jsonl" "${V1_EXPECT[@]}" ${vlan:+--vlan "$vlan"} \
+        >"$RUN_DIR/check_e2e.txt" 2>&1 || rc=1
+    [ "$rc" = 0 ] || sed 's/^/  /' "$RUN_DIR/check_e2e.txt"
+    python3 "$REPO_ROOT/scripts/check_topology.py" e2e --case "$case" --run-dir "$RUN_DIR" \
+        --status "$rc" --line "$RUN_DIR/line" >"$RUN_DIR/check.txt"
+    grep '^  ' "$RUN_DIR/check.txt" || true
+}
+
+lines=()
+failed=0
+for c in "${cases[@]}"; do
+    topo_init "$TOPO_DIR/$c-$(kernel_suffix)"
+    step "topologies: case '$c', kernel $KERNEL ($VARIANT)"
+    start=$SECONDS
+    rc=0
+    A="$RUN_DIR/A" B="$RUN_DIR/B"
+    case "$c" in
+        v1) run_v1_case v1 || rc=1 ;;
+        vlan) run_v1_case vlan "$V1_VLAN" || rc=1 ;;
+        # b's functions in the other order than a's: each direction's client decides.
+        chid-both) run_chid "$c" "" 2 2 "$A/ism0.sock,chid=$CHID_A|$B/ism0.sock,chid=$CHID_B" \
+            "$B/ism1.sock,chid=$CHID_B|$A/ism1.sock,chid=$CHID_A" || rc=1 ;;
+        chid-one) run_chid "$c" "" 1 2 "$A/ism0.sock,chid=$CHID_A|$B/ism0.sock,chid=$CHID_B" \
+            "$B/ism1.sock,chid=$CHID_B" || rc=1 ;;
+        chid-none) run_chid "$c" fallback 1 1 "$A/ism0.sock,chid=$CHID_A" "$B/ism0.sock,chid=$CHID_B" || rc=1 ;;
+    esac
+    [ -s "$RUN_DIR/line" ] || printf '%-10s NOT as expected: no verdict (logs: %s)\n' "$c" "$RUN_DIR" >"$RUN_DIR/line"
+    # A line that says "as expected" with a failed run (a guest, an emulator's shutdown) is not.
+    [ "$rc" = 0 ] || sed -i -E 's/^([^ ]+ +)as expected:/\1NOT as expected:/' "$RUN_DIR/line"
+    lines+=("$(cat "$RUN_DIR/line")")
+    [ "$rc" = 0 ] || failed=$((failed + 1))
+    step "topologies: case '$c' done in $((SECONDS - start)) s (logs: $RUN_DIR)"
+done
+
+echo
+printf '%s\n' "${lines[@]}" | tee "$TOPO_DIR/verdicts.txt"
+echo "$(( ${#cases[@]} - failed )) of ${#cases[@]} cases as expected"
+[ "$failed" = 0 ]
