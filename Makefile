@@ -137,7 +137,7 @@ results-check: kernel ## the KTAP and JUnit reports read back by real parsers
 readme-check: images emulator ## README's tested command blocks, run as written
 	scripts/readme-check.sh
 
-test: lint unit cli-check qemu-smoke e2e faults e2e-variants e2e-matrix results-check shell-check readme-check ## lint, unit, cli-check, qemu-smoke, e2e, faults, variants, matrix, results, shell, README (CI's)
+test: lint unit cli-check qemu-smoke e2e topologies faults e2e-variants e2e-matrix results-check shell-check readme-check ## lint, unit, cli-check, qemu-smoke, e2e, topologies, faults, variants, matrix, results, shell, README (CI's)
 
 # Every script's --help, usage errors and exit codes (scripts/cli-check.sh): no guest boots.
 cli-check: ## the scripts' command lines: --help, usage errors, exit codes
