@@ -117,6 +117,16 @@ class Reports(unittest.TestCase):
         self.assertEqual(text[0], "------------[ cut here ]------------")
         self.assertTrue(text[-1].startswith("---[ end trace"))
 
+    def test_in_the_kmsg_block_of_a_passing_guest(self):
+        # guest-tests/init/init prints the kernel's warnings and worse at the end, as
+        # `dmesg -r` gives them less the level prefix: each line with its time stamp
+        stamped = "".join(f"[   41.{i:06d}] {l}\r\n" for i, l in enumerate(WARN.replace("\r", "").splitlines()))
+        block = ("ISMTEST: KMSG BEGIN (the kernel's messages of level warning and worse)\r\n"
+                 "[    2.000000] smc: adding smcd device 0002:00:00.0 with pnetid \r\n"
+                 + stamped + "ISMTEST: KMSG END\r\n")
+        text = self.one(block, "WARN", "at net/smc/smc_core.c:1203")
+        self.assertTrue(text[-1].startswith("---[ end trace"))
+
     def test_kasan_between_its_rules(self):
         text = self.one(KASAN, "KASAN", "slab-use-after-free in smcd_cdc_msg_send")
         self.assertTrue(text[0].startswith("====="))
