@@ -12,6 +12,9 @@ version, the CHIDs offered and accepted, the mode and the decline reason if any.
                      GID each side used, the fallback reasons; every byte checked;
           the host   (each emulator's events): which emulator's functions and DMBs carried
                      the connections, and that no other emulator registered a DMB.
+        With --guest-line (the mixed-line cases: two guests of different kernel lines on
+        one emulator) also the SMC release each side speaks and what it does to the CLC
+        accept and confirm (mixed_release, clc_lengths).
   e2e   the v1 and vlan cases: scripts/check_e2e.py's verdict (--status) on the run,
         summed up from the same capture and consoles.
 
@@ -77,6 +80,50 @@ def server_choice(offered, server_chids):
     return next((c for c in offered if c in server_chids), None)
 
 
+# SMC_RELEASE (net/smc/smc.h) of each kernel line: 5.10.223 and 6.1.176 define it as 0;
+# 6.12.117 and 7.3.4 as SMC_RELEASE_1 (SMC-Dv2.1, the first contact extension v2x).
+# 7.2 has 7.3's net/smc but for three small fixes (scripts/config.sh).
+SMC_RELEASE = {"5.10": 0, "6.1": 0, "6.12": 1, "7.2": 1, "7.3": 1}
+
+# net/smc/smc_clc.c: SMCD_CLC_ACCEPT_CONFIRM_LEN_V2 (the trailer included), and the first
+# contact extension a first contact adds before the trailer: struct
+# smc_clc_first_contact_ext (4 + SMC_MAX_HOSTNAME_LEN 32) or, from release 1 on, struct
+# smc_clc_first_contact_ext_v2x (16 more: reserved3, feature_mask, vendor_exp_options,
+# reserved4).
+SMCD_ACCEPT_V2_LEN = 78
+FCE_LEN = {0: 36, 1: 52}
+
+
+def mixed_release(client_line, server_line):
+    """The SMC release a connection between two kernel lines runs at.
+
+    The client's proposal carries its own SMC_RELEASE (smc_clc.c smc_clc_send_proposal:
+    v2_ext->hdr.flag.release). A 6.12+ server caps it at its own (af_smc.c
+    smc_listen_v2_check: release_nr = min(flag.release, SMC_RELEASE)) and writes that into
+    the accept's first contact extension (smc_clc_fill_fce_v2x); a 5.10/6.1 server writes
+    its SMC_RELEASE, 0, whatever the client sent (smc_clc.c smc_clc_fill_fce). A 6.12+
+    client takes the accept's release (af_smc.c smc_connect_ism: release_nr = fce->release)
+    and sends it back in its confirm. So: the smaller of the two.
+    Every line speaks SMC-Dv2 (5.10 is the first) and none offers v1 here: a client offers
+    SMC-Dv1 only for a device whose PNET ID matches its NIC's (af_smc.c
+    smc_find_proposal_devices -> smc_find_ism_device; 5.10 smc_pnet.c
+    smc_pnet_find_ism_by_pnetid returns when no PNET ID can be determined), and the guests
+    set none; check_chid holds every proposal to "no v1" and every accept to v2.
+    """
+    return min(SMC_RELEASE[client_line], SMC_RELEASE[server_line])
+
+
+def clc_lengths(release):
+    """(first contact, other): the length of an SMC-Dv2 accept and confirm at that release.
+
+    smc_clc.c smc_clc_send_confirm_accept: SMCD_CLC_ACCEPT_CONFIRM_LEN_V2, plus the first
+    contact extension only when this connection starts a link group; for SMC-D at release
+    0 the base extension (6.12+ smc_clc_fill_fce_v2x: "is_smcd && release_nr <
+    SMC_RELEASE_1"; 5.10/6.1 have no other), at release 1 the v2x one. 114 and 130 bytes.
+    """
+    return SMCD_ACCEPT_V2_LEN + FCE_LEN[release], SMCD_ACCEPT_V2_LEN
+
+
 def expected_fallback(side):
     """(reason, peer diagnosis) sock_diag shows for a connection the server declined.
 
@@ -140,9 +187,14 @@ def check_chid(guests, emulators, handshakes, conns_per_phase):
         if cg is None or sg is None:
             errors.append(f"{where}: no console of guest {client if cg is None else server}")
             continue
-        if not cg["registered"]:
-            errors.append(f"{where}: guest {client} printed no SMCDEV lines (smc's registration order)")
-        offered = offer_order(cg["registered"], cg["pchids"])
+        if len(set(cg["pchids"].values())) == 1:
+            # One CHID: the order cannot matter (and 7.x names its devices after the dibs
+            # device, ism<uid>, not the PCI function: smc_ism.c smcd_register_dev).
+            offered = list(set(cg["pchids"].values()))
+        else:
+            if not cg["registered"]:
+                errors.append(f"{where}: guest {client} printed no SMCDEV lines (smc's registration order)")
+            offered = offer_order(cg["registered"], cg["pchids"])
         want = server_choice(offered, set(sg["pchids"].values()))
         if want is not None:
             chosen_anywhere.add(want)
@@ -234,6 +286,54 @@ def check_chid(guests, emulators, handshakes, conns_per_phase):
     return errors, phases
 
 
+def check_release(handshakes, lines):
+    """(errors, summary): the mixed-line cases' CLC messages against mixed_release and
+    clc_lengths, connection by connection in the capture's order. lines: {guest: line}.
+
+    Only the run's first connection is a first contact: smc_core.c smc_conn_create reuses
+    an SMC-D link group matched by device and peer GID alone (smcd_lgr_match; the role
+    counts for SMC-R only), so the other direction's connections join the link group the
+    first one made, and one without connections lives SMC_LGR_FREE_DELAY_SERV (600 s)
+    after its last, longer than a run.
+    """
+    errors, releases, lengths = [], set(), {}
+    for n, (conn, msgs) in enumerate(handshakes.items()):
+        if port_of(conn) not in PHASES:
+            continue
+        client, server = PHASES[port_of(conn)]
+        want = mixed_release(lines[client], lines[server])
+        first_len, other_len = clc_lengths(want)
+        prop = msgs.get("proposal")
+        if prop and prop.get("release") != SMC_RELEASE[lines[client]]:
+            errors.append(f"{conn}: the proposal of {client} ({lines[client]}) says release "
+                          f"{prop.get('release')}, its SMC_RELEASE is {SMC_RELEASE[lines[client]]}")
+        for kind in ("accept", "confirm"):
+            m = msgs.get(kind)
+            if not m or m.get("version") != 2:
+                continue   # check_chid names what is missing
+            first = m.get("first_contact", False)
+            if first != (n == 0):
+                errors.append(f"{conn}: the {kind} is {'a' if first else 'no'} first contact, "
+                              f"expected {'one' if n == 0 else 'none'} (the run's connection {n + 1})")
+            if first:
+                releases.add(m.get("fce_release"))
+                if m.get("fce_release") != want:
+                    errors.append(f"{conn}: the {kind}'s first contact extension says release "
+                                  f"{m.get('fce_release')}, expected {want} ({lines[client]} client, "
+                                  f"{lines[server]} server)")
+            want_len = first_len if first else other_len
+            if m.get("length") != want_len:
+                errors.append(f"{conn}: the {kind} is {m.get('length')} bytes, expected {want_len} "
+                              f"(release {want}, {'a' if first else 'no'} first contact)")
+            if kind == "accept":
+                lengths[m.get("length")] = lengths.get(m.get("length"), 0) + 1
+    if not releases:
+        errors.append("no first contact on the wire")
+    summary = (f"release {'/'.join(str(r) for r in sorted(releases, key=str)) or 'none'}; accept bytes "
+               + " ".join(f"{n} x{c}" for n, c in sorted(lengths.items(), key=lambda kv: -(kv[0] or 0))))
+    return errors, summary
+
+
 def host_view(emulators):
     """"A 0x1234: 0 DMBs, 0 conns; B ...": each emulator's DMB registrations and connections."""
     out = []
@@ -243,8 +343,8 @@ def host_view(emulators):
     return ", ".join(out) or "no emulator"
 
 
-def chid_line(case, errors, phases, host):
-    """The case's one line."""
+def chid_line(case, errors, phases, host, clc=None):
+    """The case's one line (clc: check_release's summary, the mixed-line cases)."""
     offered = " ".join(f"{p['where']} {hexlist(p['offered'])}" for p in phases)
     accepted, modes, declines = [], [], set()
     for p in phases:
@@ -258,6 +358,7 @@ def chid_line(case, errors, phases, host):
                     for m in sorted(set(modes), key=str)) or "none"
     decline = ",".join(reason_name(d) for d in sorted(declines)) or "none"
     return (f"{case:<10} {'as expected' if not errors else 'NOT as expected'}: version {version}; "
+            f"{clc + '; ' if clc else ''}"
             f"CHIDs offered {offered}; accepted {' '.join(accepted)}; mode {mode}; decline {decline}; "
             f"host {host}")
 
@@ -290,6 +391,8 @@ def main():
     ap.add_argument("--emulator", action="append", default=[], metavar="NAME",
                     help="chid: an emulator's folder RUN_DIR/NAME (repeat)")
     ap.add_argument("--conns", type=int, default=3, help="chid: connections per phase (smcchid's)")
+    ap.add_argument("--guest-line", action="append", default=[], metavar="GUEST=LINE",
+                    help="chid: the kernel line of guest GUEST (both guests: the mixed-line checks)")
     ap.add_argument("--status", type=int, default=0, help="e2e: check_e2e.py's exit status")
     ap.add_argument("--line", type=pathlib.Path, help="also write the one line here")
     args = ap.parse_args()
@@ -315,7 +418,15 @@ def main():
                 errors.append(f"guest {g}: its program did not pass (ISMTEST: RESULT)")
         more, phases = check_chid(guests, emulators, handshakes, args.conns)
         errors += more
-        line = chid_line(args.case, errors, phases, host_view(emulators))
+        lines, clc = dict(x.split("=", 1) for x in args.guest_line), None
+        if lines:
+            if set(lines) != {g for pair in PHASES.values() for g in pair} or \
+                    not set(lines.values()) <= set(SMC_RELEASE):
+                ap.error(f"--guest-line: give a and b, each one of {', '.join(SMC_RELEASE)}")
+            more, clc = check_release(handshakes, lines)
+            errors += more
+            clc = f"lines a {lines['a']} b {lines['b']}; {clc}"
+        line = chid_line(args.case, errors, phases, host_view(emulators), clc)
     print(line)
     for e in errors:
         print(f"  {args.case}: {e}")

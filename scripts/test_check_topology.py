@@ -202,5 +202,104 @@ class ChidCases(unittest.TestCase):
         self.assertTrue(any("emulator A (CHID 0x1234, chosen by no connection)" in e for e in errors), errors)
 
 
+def accept_fce(kind, gid_, token, release, first, chid=A):
+    """An SMC-Dv2 accept or confirm as smc_clc_send_confirm_accept builds it: with the
+    first contact flag and extension (base 36 bytes at release 0, v2x 52 at 1) or none."""
+    msg = accept_confirm(kind, 2, gid_, token, chid=chid)
+    if not first:
+        return msg
+    fce = bytes([0, 0x10 | release, 0, 0]) + b"host".ljust(32) + (bytes(16) if release else b"")
+    body = msg[8:-4] + fce + EYE_D
+    return msg[:4] + bytes([kind]) + struct.pack(">H", 8 + len(body)) + bytes([msg[7] | 0x08]) + body
+
+
+def with_release(prop, release):
+    """A proposal_v2 whose struct smc_clc_v2_flag says that release (seid set)."""
+    b = bytearray(prop)
+    b[52 + 28 + 3] = release << 4 | 1
+    return bytes(b)
+
+
+class Mixed(unittest.TestCase):
+    def test_one_chid_needs_no_registration_order(self):
+        # 7.x names its smc devices after the dibs device (ism<uid>), not the PCI function.
+        with tempfile.TemporaryDirectory() as d:
+            run = Run(d, [(F2, A, gid(A, 0))], [(F2, A, gid(A, 1))], {12345: A, 12346: A})
+            for g in ("a", "b"):
+                log = run.d / f"{g}.console.log"
+                log.write_text(log.read_text().replace(f"SMCDEV 1 {F2}", "SMCDEV 1 ism2"))
+            errors, phases = run.check()
+        self.assertEqual(errors, [])
+        self.assertEqual([p["offered"] for p in phases], [[A], [A]])
+
+    def test_release_is_the_smaller(self):
+        self.assertEqual(ct.mixed_release("5.10", "7.3"), 0)
+        self.assertEqual(ct.mixed_release("7.3", "5.10"), 0)
+        self.assertEqual(ct.mixed_release("6.12", "6.1"), 0)
+        self.assertEqual(ct.mixed_release("6.12", "7.3"), 1)
+
+    def test_lengths(self):
+        self.assertEqual(ct.clc_lengths(0), (114, 78))
+        self.assertEqual(ct.clc_lengths(1), (130, 78))
+
+    def test_fields_of_a_first_contact(self):
+        f = check_e2e.clc_fields(accept_fce(2, gid(A, 0), 5, 1, True))
+        self.assertEqual((f["length"], f["first_contact"], f["fce_release"]), (130, True, 1))
+        f = check_e2e.clc_fields(accept_fce(2, gid(A, 0), 5, 0, False))
+        self.assertEqual((f["length"], f["first_contact"]), (78, False))
+        self.assertEqual(check_e2e.clc_fields(with_release(proposal_v2([(gid(A, 0), A)]), 1))["release"], 1)
+
+    def handshakes(self, lines, accept_release=None, accept_len_of=None, all_first=False, prop_release=None):
+        """Three connections b->a, three a->b, as the kernels' code makes them: the first a
+        first contact at mixed_release, the others not."""
+        frames, ips = [], {"a": "10.0.0.1", "b": "10.0.0.2"}
+        n = 0
+        for port, (client, server) in sorted(ct.PHASES.items()):
+            rel = ct.mixed_release(lines[client], lines[server]) if accept_release is None else accept_release
+            for i in range(3):
+                c, s, cport = ips[client], ips[server], 40000 + port + i
+                first = n == 0 or all_first
+                pr = ct.SMC_RELEASE[lines[client]] if prop_release is None else prop_release
+                frames.append((c, cport, s, port, with_release(proposal_v2([(gid(A, 0), A)]), pr)))
+                acc = accept_fce(2, gid(A, 1), 7, rel, first)
+                if accept_len_of is not None and first:
+                    acc = acc[:5] + struct.pack(">H", accept_len_of) + acc[7:]
+                frames.append((s, port, c, cport, acc))
+                frames.append((c, cport, s, port, accept_fce(3, gid(A, 0), 8, rel, first)))
+                n += 1
+        with tempfile.TemporaryDirectory() as d:
+            (pathlib.Path(d) / "a.net.pcap").write_bytes(pcap(frames))
+            return ct.check_release(check_e2e.clc_handshakes(pathlib.Path(d)), lines)
+
+    def test_each_pair_as_the_code_says(self):
+        for la, lb in (("5.10", "7.3"), ("7.3", "5.10"), ("6.1", "6.12"), ("6.12", "6.1")):
+            errors, summary = self.handshakes({"a": la, "b": lb})
+            self.assertEqual(errors, [], (la, lb))
+            self.assertEqual(summary, "release 0; accept bytes 114 x1 78 x5")
+
+    def test_same_line_6_12_is_130(self):
+        errors, summary = self.handshakes({"a": "6.12", "b": "7.3"})
+        self.assertEqual((errors, summary), ([], "release 1; accept bytes 130 x1 78 x5"))
+
+    def test_a_server_that_kept_release_1_fails(self):
+        # A 7.3 server answering a 5.10 client at its own release: 130 bytes, release 1.
+        errors, _ = self.handshakes({"a": "7.3", "b": "5.10"}, accept_release=1)
+        self.assertTrue(any("says release 1, expected 0" in e for e in errors), errors)
+        self.assertTrue(any("is 130 bytes, expected 114" in e for e in errors), errors)
+
+    def test_a_wrong_length_fails(self):
+        errors, _ = self.handshakes({"a": "5.10", "b": "7.3"}, accept_len_of=130)
+        self.assertTrue(any("the accept is 130 bytes, expected 114" in e for e in errors), errors)
+
+    def test_a_second_first_contact_fails(self):
+        errors, _ = self.handshakes({"a": "5.10", "b": "7.3"}, all_first=True)
+        self.assertTrue(any("is a first contact, expected none" in e for e in errors), errors)
+
+    def test_a_proposal_of_another_release_fails(self):
+        errors, _ = self.handshakes({"a": "5.10", "b": "7.3"}, prop_release=1)
+        self.assertTrue(any("the proposal of a (5.10) says release 1, its SMC_RELEASE is 0" in e
+                            for e in errors), errors)
+
+
 if __name__ == "__main__":
     unittest.main()
