@@ -124,6 +124,86 @@ def clc_lengths(release):
     return SMCD_ACCEPT_V2_LEN + FCE_LEN[release], SMCD_ACCEPT_V2_LEN
 
 
+# net/smc/smc_ism.h: loopback-ism's CHID (smc_ism_is_loopback); 0xFF00-0xFFFF are the
+# Emulated-ISM devices' (__smc_ism_is_emulated).
+LOOPBACK_CHID = 0xFFFF
+
+
+def loopback_offer(ism_offer):
+    """The CHID list of a 6.12 client with loopback-ism (CONFIG_SMC_LO) beside its ISM
+    functions, as the proposal's entries carry it.
+
+    smc_loopback.c smcd_lo_register_dev puts loopback-ism at the head of smcd_dev_list
+    (list_add), and smc_ism.c smcd_register_dev keeps it there ("loopback-ism always at
+    the very beginning": an ISM device without PNET ID goes right after it), so
+    smc_find_ism_v2_device_clnt offers it first; smc_clc.c smc_clc_send_proposal gives an
+    Emulated-ISM device two entries (GID and GID extension, the CHID repeated).
+
+    Where the server looks at it: af_smc.c smc_find_ism_v2_device_serv ->
+    smc_check_ism_v2_match finds its own loopback-ism on CHID 0xFFFF, but
+    smc_ism_cantalk -> smc_loopback.c smc_lo_query_rgid accepts only its own GID (a
+    128-bit uuid_gen per boot, smc_lo_generate_ids): from another guest no match, so the
+    server goes on to the ISM CHIDs (server_choice over its ISM functions alone); to
+    itself the match, first in the offer, so smc_listen_ism_init takes loopback-ism
+    (check_self).
+    """
+    return [LOOPBACK_CHID, LOOPBACK_CHID] + ism_offer
+
+
+SELF_PORT = 12347   # smcchid's self phase
+
+
+def check_self(guests, emulators, conns, cross_smcd):
+    """(errors, summary): each guest's connections to itself (smcchid self) on loopback-ism.
+
+    The kernel's choice (loopback_offer): loopback-ism. In sock_diag (smc_diag.c
+    __smc_diag_dump, struct smcd_diag_dmbinfo) the connection's own and peer GID are then
+    the same 128-bit loopback GID, its extension nonzero (an ISM function's is 0: ism_drv.c
+    smcd_get_local_gid), and no emulator function's GID; the host registers no DMB and
+    opens no connection for it: the emulator's connections are exactly the other guest's
+    (cross_smcd: the CONN lines of SMC-D connections between the guests, one conn_opened
+    each). These connections never
+    leave the guest's lo device, so there is no capture of them.
+    """
+    errors, per_guest = [], {}
+    gids = {gid for emu in emulators.values() for gid in emu["gids"]}
+    for name, g in sorted(guests.items()):
+        mine = [c for c in g["conns"] if port_of(c.get("local" if c.get("side") == "server" else "peer")) == SELF_PORT]
+        sums = {}
+        for side in ("client", "server"):
+            got = [c for c in mine if c.get("side") == side]
+            if len(got) != conns:
+                errors.append(f"self {name}: {len(got)} {side} CONN lines, expected {conns}")
+            sums[side] = sorted((c.get("idx"), c.get("bytes"), c.get("checksum")) for c in got)
+        ok = 0
+        for c in mine:
+            tag = f"self {name} {c.get('side')} conn {c.get('idx')}"
+            if c.get("verify") != "ok":
+                errors.append(f"{tag}: its bytes did not verify")
+            if c.get("mode") != "SMCD":
+                errors.append(f"{tag}: mode {c.get('mode')}, expected SMCD on loopback-ism")
+                continue
+            my, peer = int(c.get("my_gid", "0"), 16), int(c.get("peer_gid", "0"), 16)
+            my_x, peer_x = int(c.get("my_gid_ext", "0"), 16), int(c.get("peer_gid_ext", "0"), 16)
+            if "my_gid_ext" not in c:
+                errors.append(f"{tag}: sock_diag gave no GID extension (a 6.8+ kernel does)")
+            elif (my, my_x) != (peer, peer_x) or not my_x or my in gids:
+                errors.append(f"{tag}: GID {my:#x}/{my_x:#x} peer {peer:#x}/{peer_x:#x}: not loopback-ism "
+                              f"(own and peer the same 128-bit GID, no emulator's)")
+            elif c.get("side") == "client":
+                ok += 1   # connections, counted once
+        if sums["client"] != sums["server"]:
+            errors.append(f"self {name}: the client's connections {sums['client']} differ from the server's "
+                          f"{sums['server']}")
+        per_guest[name] = ok
+    opened = sum(1 for emu in emulators.values() for e in emu["events"] if e.get("kind") == "conn_opened")
+    if opened != cross_smcd:
+        errors.append(f"the host opened {opened} connections, the guests made {cross_smcd} SMC-D connection "
+                      f"ends between them: a connection to itself reached the emulator")
+    summary = "self " + " ".join(f"{n} loopback x{k}" for n, k in sorted(per_guest.items()))
+    return errors, summary
+
+
 def expected_fallback(side):
     """(reason, peer diagnosis) sock_diag shows for a connection the server declined.
 
@@ -176,8 +256,9 @@ def hexlist(chids):
 
 
 # ---- the CHID cases ------------------------------------------------------------------
-def check_chid(guests, emulators, handshakes, conns_per_phase):
-    """(errors, summary): the run against the kernel's rules, phase by phase."""
+def check_chid(guests, emulators, handshakes, conns_per_phase, loopback=False):
+    """(errors, summary): the run against the kernel's rules, phase by phase (loopback: both
+    guests' kernels have loopback-ism, loopback_offer)."""
     errors, phases = [], []
     by_gid = {gid: (name, emu["chid"], fn) for name, emu in emulators.items() for gid, fn in emu["gids"].items()}
     chosen_anywhere = set()
@@ -195,6 +276,9 @@ def check_chid(guests, emulators, handshakes, conns_per_phase):
             if not cg["registered"]:
                 errors.append(f"{where}: guest {client} printed no SMCDEV lines (smc's registration order)")
             offered = offer_order(cg["registered"], cg["pchids"])
+        if loopback:
+            offered = loopback_offer(offered)
+        # The server's ISM functions only: its loopback-ism never reaches another guest.
         want = server_choice(offered, set(sg["pchids"].values()))
         if want is not None:
             chosen_anywhere.add(want)
@@ -391,6 +475,8 @@ def main():
     ap.add_argument("--emulator", action="append", default=[], metavar="NAME",
                     help="chid: an emulator's folder RUN_DIR/NAME (repeat)")
     ap.add_argument("--conns", type=int, default=3, help="chid: connections per phase (smcchid's)")
+    ap.add_argument("--loopback", action="store_true",
+                    help="chid: both guests have loopback-ism and ran smcchid's self phase")
     ap.add_argument("--guest-line", action="append", default=[], metavar="GUEST=LINE",
                     help="chid: the kernel line of guest GUEST (both guests: the mixed-line checks)")
     ap.add_argument("--status", type=int, default=0, help="e2e: check_e2e.py's exit status")
@@ -416,9 +502,16 @@ def main():
         for g, v in sorted(guests.items()):
             if not v["passed"]:
                 errors.append(f"guest {g}: its program did not pass (ISMTEST: RESULT)")
-        more, phases = check_chid(guests, emulators, handshakes, args.conns)
+        more, phases = check_chid(guests, emulators, handshakes, args.conns, args.loopback)
         errors += more
-        lines, clc = dict(x.split("=", 1) for x in args.guest_line), None
+        clc = None
+        if args.loopback:
+            cross = sum(1 for g in guests.values() for c in g["conns"]
+                        if c.get("mode") == "SMCD" and port_of(c.get("local" if c.get("side") == "server"
+                                                                      else "peer")) in PHASES)
+            more, clc = check_self(guests, emulators, args.conns, cross)
+            errors += more
+        lines = dict(x.split("=", 1) for x in args.guest_line)
         if lines:
             if set(lines) != {g for pair in PHASES.values() for g in pair} or \
                     not set(lines.values()) <= set(SMC_RELEASE):

@@ -301,5 +301,72 @@ class Mixed(unittest.TestCase):
                             for e in errors), errors)
 
 
+LO = ct.LOOPBACK_CHID
+
+
+def self_conn(side, i, gid_, ext, ip="10.0.0.1", mode="SMCD", checksum="0x1"):
+    """A smctest CONN line's fields of a connection to itself (port 12347)."""
+    lp, pp = (f"{ip}:12347", f"{ip}:5000{i}") if side == "server" else (f"{ip}:5000{i}", f"{ip}:12347")
+    return {"test": "seq", "idx": str(i), "side": side, "mode": mode, "local": lp, "peer": pp,
+            "my_gid": f"{gid_:#018x}", "peer_gid": f"{gid_:#018x}", "my_gid_ext": f"{ext:#018x}",
+            "peer_gid_ext": f"{ext:#018x}", "bytes": "1", "checksum": checksum, "verify": "ok"}
+
+
+class Loopback(unittest.TestCase):
+    def test_offer_puts_loopback_first_twice(self):
+        self.assertEqual(ct.loopback_offer([A]), [LO, LO, A])
+        # The server's own loopback-ism never reaches the other guest: the ISM CHID.
+        self.assertEqual(ct.server_choice(ct.loopback_offer([A]), {A}), A)
+
+    def cross(self, offer_lo=True):
+        with tempfile.TemporaryDirectory() as d:
+            offer = ([(0x1111, LO), (0x2222, LO)] if offer_lo else []) + [(gid(A, 0), A)]
+            run = Run(d, [(F2, A, gid(A, 0))], [(F2, A, gid(A, 1))], {12345: A, 12346: A}, offer=offer)
+            guests = {g: ct.read_guest(run.d / f"{g}.console.log") for g in ("a", "b")}
+            emulators = {n: ct.read_emulator(run.d / n) for n in ("A", "B")}
+            return ct.check_chid(guests, emulators, check_e2e.clc_handshakes(run.d), 2, loopback=True)
+
+    def test_cross_takes_ism_after_offering_loopback(self):
+        errors, phases = self.cross()
+        self.assertEqual(errors, [])
+        self.assertEqual([(p["offered"], p["want"]) for p in phases], [([LO, LO, A], A)] * 2)
+
+    def test_cross_without_loopback_in_the_offer_fails(self):
+        errors, _ = self.cross(offer_lo=False)
+        self.assertTrue(any("the kernel's order is 0xffff,0xffff,0x1234" in e for e in errors), errors)
+
+    def self_run(self, conns=None, opened=4):
+        emus = {"A": {"chid": A, "gids": {gid(A, 0): "ism0", gid(A, 1): "ism1"}, "moves": 0,
+                      "events": [{"kind": "conn_opened"}] * opened}}
+        if conns is None:
+            conns = {"a": [self_conn(s, i, 0xAA, 0xA1) for s in ("client", "server") for i in range(2)],
+                     "b": [self_conn(s, i, 0xBB, 0xB1, ip="10.0.0.2") for s in ("client", "server") for i in range(2)]}
+        guests = {g: {"conns": c} for g, c in conns.items()}
+        return ct.check_self(guests, emus, 2, 4)
+
+    def test_self_on_loopback(self):
+        errors, summary = self.self_run()
+        self.assertEqual(errors, [])
+        self.assertEqual(summary, "self a loopback x2 b loopback x2")
+
+    def test_self_on_the_ism_function_fails(self):
+        c = [self_conn(s, i, gid(A, 0), 0) for s in ("client", "server") for i in range(2)]
+        errors, _ = self.self_run({"a": c}, opened=8)
+        self.assertTrue(any("not loopback-ism" in e for e in errors), errors)
+        self.assertTrue(any("the host opened 8 connections" in e for e in errors), errors)
+
+    def test_self_fallback_or_missing_fails(self):
+        c = [self_conn(s, i, 0xAA, 0xA1, mode="FALLBACK") for s in ("client", "server") for i in range(2)]
+        errors, _ = self.self_run({"a": c, "b": []})
+        self.assertTrue(any("expected SMCD on loopback-ism" in e for e in errors), errors)
+        self.assertTrue(any("self b: 0 client CONN lines, expected 2" in e for e in errors), errors)
+
+    def test_self_bytes_that_differ_fail(self):
+        c = [self_conn(s, i, 0xAA, 0xA1, checksum="0x2" if s == "server" and i == 1 else "0x1")
+             for s in ("client", "server") for i in range(2)]
+        errors, _ = self.self_run({"a": c})
+        self.assertTrue(any("differ from the server's" in e for e in errors), errors)
+
+
 if __name__ == "__main__":
     unittest.main()

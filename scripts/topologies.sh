@@ -20,15 +20,21 @@
 #              two (5.10/6.1: 0, 6.12+: 1), so the one first contact's accept and confirm
 #              are 114 bytes, not 6.12+'s 130 (check_topology.py mixed_release)
 #   mixed-612-73  the same between two release-1 lines: 130 bytes (the check's control)
+#   loopback   6.12 guests with loopback-ism beside an ISM function (VARIANT=loopback),
+#              one function each on emulator A: each guest's connections to itself first
+#              (smcchid self) take loopback-ism, the host sees none of them; then b->a
+#              and a->b offer loopback-ism first but take the ISM CHID (the peer's
+#              loopback GID is never reachable)
 # Environment: KERNEL, VARIANT (default 6.12, stock; the mixed cases take their lines
 # from their names, in VARIANT), CHID_A and CHID_B (0x1234, 0x5678),
 # TOPO_DIR (logs, default build/topologies), GUEST_TIMEOUT (s, default 600),
-# TOPO_PRINT_LINES=1 (print the kernel lines the mixed cases need, run nothing).
+# TOPO_PRINT_LINES=1 (print the other kernels the cases need, LINE:VARIANT, run nothing).
 # Exit status: 0 if every case was as expected, 1 if not, 2 on a usage error.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
-ALL_CASES=(v1 vlan chid-both chid-one chid-none mixed-510-73 mixed-73-510 mixed-61-612 mixed-612-61 mixed-612-73)
+ALL_CASES=(v1 vlan chid-both chid-one chid-none mixed-510-73 mixed-73-510 mixed-61-612 mixed-612-61 mixed-612-73
+    loopback)
 help_and_no_options "$@"
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=("${ALL_CASES[@]}")
@@ -45,32 +51,41 @@ mixed_lines() {
 }
 mixed_line() { case "$1" in 510) echo 5.10 ;; 61) echo 6.1 ;; 612) echo 6.12 ;; 72) echo 7.2 ;; 73) echo 7.3 ;; esac; }
 
-mixed=()
+# The loopback case's kernel: 6.12 with loopback-ism (CONFIG_SMC_LO, 6.9-6.17).
+LOOPBACK_KERNEL=6.12
+
+others=()   # the other kernels the cases boot, LINE:VARIANT
 for c in "${cases[@]}"; do
-    # shellcheck disable=SC2207 # two words, the lines
-    [[ "$c" != mixed-* ]] || mixed+=($(mixed_lines "$c"))
+    case "$c" in
+        mixed-*) for l in $(mixed_lines "$c"); do others+=("$l:$VARIANT"); done ;;
+        loopback) others+=("$LOOPBACK_KERNEL:loopback") ;;
+    esac
 done
-# TOPO_PRINT_LINES=1: only the other kernel lines the cases boot, one a line (make
-# topologies builds them first).
+# TOPO_PRINT_LINES=1: only those, one a line (make topologies builds them first).
 if [ "${TOPO_PRINT_LINES:-}" = 1 ]; then
-    [ ${#mixed[@]} = 0 ] || printf '%s\n' "${mixed[@]}" | sort -u
+    [ ${#others[@]} = 0 ] || printf '%s\n' "${others[@]}" | sort -u
     exit 0
 fi
-check_artefacts ${mixed[@]+"${mixed[@]}"}
+check_artefacts ${others[@]+"${others[@]}"}
 mkdir -p "$TOPO_DIR"
 
-# run_chid CASE FALLBACK A_FUNCS B_FUNCS A_SPECS B_SPECS [LINE_A LINE_B]: emulators A and
-# B with that many functions (B_FUNCS 0: no emulator B), guests a and b with the functions
+# run_chid CASE MODE A_FUNCS B_FUNCS A_SPECS B_SPECS [LINE_A LINE_B]: emulators A and B
+# with that many functions (B_FUNCS 0: no emulator B), guests a and b with the functions
 # their specs name (guest_start; of kernel lines LINE_A and LINE_B if given), both running
-# smcchid (FALLBACK: "fallback" or ""); then each emulator's snapshot, its clean stop, and
-# check_topology.py's line (with the lines: its mixed-line checks too).
+# smcchid (MODE: "fallback", "self": each guest first to itself, or ""); then each
+# emulator's snapshot, its clean stop, and check_topology.py's line (with the lines: its
+# mixed-line checks too; with self: its loopback checks).
 run_chid() {
-    local case="$1" fallback="$2" rc=0 st emus=(A) lines=()
+    local case="$1" mode="$2" rc=0 st emus=(A) more=() a_args=(fallback) b_args=(fallback)
     emu_start_named A "$CHID_A" "$3"
     [ "$4" = 0 ] || { emu_start_named B "$CHID_B" "$4"; emus+=(B); }
-    [ -z "${7:-}" ] || lines=(--guest-line "a=$7" --guest-line "b=$8")
-    GUEST_LINE="${7:-}" guest_start a "$5" 10.0.0.1/24 on smcchid a 10.0.0.2 ${fallback:+"$fallback"}
-    GUEST_LINE="${8:-}" guest_start b "$6" 10.0.0.2/24 off smcchid b 10.0.0.1 ${fallback:+"$fallback"}
+    [ -z "${7:-}" ] || more=(--guest-line "a=$7" --guest-line "b=$8")
+    case "$mode" in
+        "") a_args=(); b_args=() ;;
+        self) a_args=(self 10.0.0.1); b_args=(self 10.0.0.2); more+=(--loopback) ;;
+    esac
+    GUEST_LINE="${7:-}" guest_start a "$5" 10.0.0.1/24 on smcchid a 10.0.0.2 ${a_args[@]+"${a_args[@]}"}
+    GUEST_LINE="${8:-}" guest_start b "$6" 10.0.0.2/24 off smcchid b 10.0.0.1 ${b_args[@]+"${b_args[@]}"}
     guest_wait a || rc=1
     guest_wait b || rc=1
     for e in "${emus[@]}"; do
@@ -80,7 +95,7 @@ run_chid() {
     done
     topo_cleanup
     python3 "$REPO_ROOT/scripts/check_topology.py" chid --case "$case" --run-dir "$RUN_DIR" \
-        "${emus[@]/#/--emulator=}" ${lines[@]+"${lines[@]}"} --line "$RUN_DIR/line" \
+        "${emus[@]/#/--emulator=}" ${more[@]+"${more[@]}"} --line "$RUN_DIR/line" \
         >"$RUN_DIR/check.txt" || rc=1
     grep '^  ' "$RUN_DIR/check.txt" || true   # what was not as expected
     return "$rc"
@@ -108,9 +123,14 @@ failed=0
 for c in "${cases[@]}"; do
     case "$c" in
         mixed-*) topo_init "$TOPO_DIR/$c-$VARIANT" ;;   # its name says its lines
+        loopback) topo_init "$TOPO_DIR/$c-$LOOPBACK_KERNEL" ;;
         *) topo_init "$TOPO_DIR/$c-$(kernel_suffix)" ;;
     esac
-    step "topologies: case '$c', kernel $([[ "$c" == mixed-* ]] && mixed_lines "$c" | sed 's/ / and /' || echo "$KERNEL") ($VARIANT)"
+    case "$c" in
+        mixed-*) step "topologies: case '$c', kernels $(mixed_lines "$c" | sed 's/ / and /') ($VARIANT)" ;;
+        loopback) step "topologies: case '$c', kernel $LOOPBACK_KERNEL (loopback)" ;;
+        *) step "topologies: case '$c', kernel $KERNEL ($VARIANT)" ;;
+    esac
     start=$SECONDS
     rc=0
     A="$RUN_DIR/A" B="$RUN_DIR/B"
@@ -125,6 +145,8 @@ for c in "${cases[@]}"; do
         chid-none) run_chid "$c" fallback 1 1 "$A/ism0.sock,chid=$CHID_A" "$B/ism0.sock,chid=$CHID_B" || rc=1 ;;
         mixed-*) read -r la lb <<<"$(mixed_lines "$c")"
             run_chid "$c" "" 2 0 "$A/ism0.sock,chid=$CHID_A" "$A/ism1.sock,chid=$CHID_A" "$la" "$lb" || rc=1 ;;
+        loopback) KERNEL="$LOOPBACK_KERNEL" VARIANT=loopback run_chid "$c" self 2 0 \
+            "$A/ism0.sock,chid=$CHID_A" "$A/ism1.sock,chid=$CHID_A" || rc=1 ;;
     esac
     [ -s "$RUN_DIR/line" ] || printf '%-10s NOT as expected: no verdict (logs: %s)\n' "$c" "$RUN_DIR" >"$RUN_DIR/line"
     # A line that says "as expected" with a failed run (a guest, an emulator's shutdown) is not.

@@ -38,17 +38,20 @@ topo_cleanup() {
     _topo_pids=()
 }
 
-# check_artefacts [LINE...]: the emulator, QEMU and the kernel and initramfs of KERNEL
-# (and of each LINE, for guests started with GUEST_LINE) and VARIANT are there.
+# check_artefacts [LINE[:VARIANT]...]: the emulator, QEMU and the kernel and initramfs of
+# KERNEL and VARIANT are there, and of each LINE (in VARIANT unless it names one), for
+# guests started with GUEST_LINE or a VARIANT of their own.
 check_artefacts() {
-    local f k
+    local f k v
     check_kernel_selection
     for f in "$EMU_BIN" "$BUILD_DIR/qemu/bin/qemu-system-s390x"; do
         [ -e "$f" ] || die "missing $f: run 'make images emulator' first"
     done
     for k in "$KERNEL" "$@"; do
-        for f in "$(guest_kernel "$k")" "$(guest_initrd "$k")"; do
-            [ -e "$f" ] || die "missing $f: run 'make images emulator' (KERNEL=$k VARIANT=$VARIANT) first"
+        v="$VARIANT"
+        [[ "$k" != *:* ]] || { v="${k#*:}"; k="${k%%:*}"; }
+        for f in "$(guest_kernel "$k" "$v")" "$(guest_initrd "$k" "$v")"; do
+            [ -e "$f" ] || die "missing $f: run 'make images emulator' (KERNEL=$k VARIANT=$v) first"
         done
     done
 }
