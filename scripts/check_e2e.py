@@ -247,14 +247,16 @@ def clc_fields(payload):
     offered and accepted: every message has kind and version; a proposal the SMC types it
     offers for v1 and v2 (typev1, typev2: R, D, N or B), its SMC-Dv1 GID and CHID (zero
     when it offers no SMC-Dv1), its IPv4 prefix (v1 only), the SMC-Dv2 GID/CHID list,
-    the number of user EIDs and whether it carries the system EID; an SMC-D accept or
-    confirm the sender's GID, its DMB token, the link id and, in v2, the CHID; a decline
-    its reason (diagnosis). None if
-    the payload is no CLC message."""
+    the number of user EIDs, whether it carries the system EID and the client's SMC
+    release (struct smc_clc_v2_flag); an SMC-D accept or
+    confirm the sender's GID, its DMB token, the link id and, in v2, the CHID, whether it
+    is a first contact and then the SMC release of its first contact extension; a decline
+    its reason (diagnosis); every message its length (the header's). None if the payload
+    is no CLC message."""
     if len(payload) < 8 or payload[:4] not in CLC_EYECATCHERS or payload[4] not in CLC_TYPES:
         return None
     kind, b7 = CLC_TYPES[payload[4]], payload[7]
-    out = {"kind": kind, "version": b7 >> 4}
+    out = {"kind": kind, "version": b7 >> 4, "length": struct.unpack(">H", payload[5:7])[0]}
     if kind == "proposal":
         # struct smc_clc_msg_proposal (40 bytes), then struct smc_clc_msg_smcd (40).
         out["typev1"] = CLC_SMC_TYPES[b7 & 3]
@@ -270,6 +272,7 @@ def clc_fields(payload):
                 eid_cnt, gid_cnt, _, flag, smcd_off = struct.unpack(">BBBBxxH", payload[v2:v2 + 8])
                 out["ueids"] = eid_cnt
                 out["seid"] = bool(flag & 0x01)   # struct smc_clc_v2_flag: release:4, rsvd:3, seid:1
+                out["release"] = flag >> 4
                 # struct smc_clc_smcd_v2_extension: system EID (32), reserved (16), list.
                 lst = v2 + 8 + smcd_off + 48
                 for i in range(gid_cnt):
@@ -285,6 +288,12 @@ def clc_fields(payload):
         out["linkid"] = struct.unpack(">I", payload[28:32])[0]
         if out["version"] >= 2 and len(payload) >= 34:
             out["chid"] = struct.unpack(">H", payload[32:34])[0]
+            # The header's typev2 (bits 3-2 of byte 7) has SMC_FIRST_CONTACT_MASK (0b10):
+            # a new link group, so struct smc_clc_first_contact_ext follows the 74 bytes of
+            # the v2 accept/confirm; its second byte is os_type:4, release:4.
+            out["first_contact"] = bool(b7 & 0x08)
+            if out["first_contact"] and len(payload) >= 76:
+                out["fce_release"] = payload[75] & 0x0F
     return out
 
 

@@ -12,6 +12,9 @@ version, the CHIDs offered and accepted, the mode and the decline reason if any.
                      GID each side used, the fallback reasons; every byte checked;
           the host   (each emulator's events): which emulator's functions and DMBs carried
                      the connections, and that no other emulator registered a DMB.
+        With --guest-line (the mixed-line cases: two guests of different kernel lines on
+        one emulator) also the SMC release each side speaks and what it does to the CLC
+        accept and confirm (mixed_release, clc_lengths).
   e2e   the v1 and vlan cases: scripts/check_e2e.py's verdict (--status) on the run,
         summed up from the same capture and consoles.
 
@@ -77,6 +80,130 @@ def server_choice(offered, server_chids):
     return next((c for c in offered if c in server_chids), None)
 
 
+# SMC_RELEASE (net/smc/smc.h) of each kernel line: 5.10.223 and 6.1.176 define it as 0;
+# 6.12.117 and 7.3.4 as SMC_RELEASE_1 (SMC-Dv2.1, the first contact extension v2x).
+# 7.2 has 7.3's net/smc but for three small fixes (scripts/config.sh).
+SMC_RELEASE = {"5.10": 0, "6.1": 0, "6.12": 1, "7.2": 1, "7.3": 1}
+
+# net/smc/smc_clc.c: SMCD_CLC_ACCEPT_CONFIRM_LEN_V2 (the trailer included), and the first
+# contact extension a first contact adds before the trailer: struct
+# smc_clc_first_contact_ext (4 + SMC_MAX_HOSTNAME_LEN 32) or, from release 1 on, struct
+# smc_clc_first_contact_ext_v2x (16 more: reserved3, feature_mask, vendor_exp_options,
+# reserved4).
+SMCD_ACCEPT_V2_LEN = 78
+FCE_LEN = {0: 36, 1: 52}
+
+
+def mixed_release(client_line, server_line):
+    """The SMC release a connection between two kernel lines runs at.
+
+    The client's proposal carries its own SMC_RELEASE (smc_clc.c smc_clc_send_proposal:
+    v2_ext->hdr.flag.release). A 6.12+ server caps it at its own (af_smc.c
+    smc_listen_v2_check: release_nr = min(flag.release, SMC_RELEASE)) and writes that into
+    the accept's first contact extension (smc_clc_fill_fce_v2x); a 5.10/6.1 server writes
+    its SMC_RELEASE, 0, whatever the client sent (smc_clc.c smc_clc_fill_fce). A 6.12+
+    client takes the accept's release (af_smc.c smc_connect_ism: release_nr = fce->release)
+    and sends it back in its confirm. So: the smaller of the two.
+    Every line speaks SMC-Dv2 (5.10 is the first) and none offers v1 here: a client offers
+    SMC-Dv1 only for a device whose PNET ID matches its NIC's (af_smc.c
+    smc_find_proposal_devices -> smc_find_ism_device; 5.10 smc_pnet.c
+    smc_pnet_find_ism_by_pnetid returns when no PNET ID can be determined), and the guests
+    set none; check_chid holds every proposal to "no v1" and every accept to v2.
+    """
+    return min(SMC_RELEASE[client_line], SMC_RELEASE[server_line])
+
+
+def clc_lengths(release):
+    """(first contact, other): the length of an SMC-Dv2 accept and confirm at that release.
+
+    smc_clc.c smc_clc_send_confirm_accept: SMCD_CLC_ACCEPT_CONFIRM_LEN_V2, plus the first
+    contact extension only when this connection starts a link group; for SMC-D at release
+    0 the base extension (6.12+ smc_clc_fill_fce_v2x: "is_smcd && release_nr <
+    SMC_RELEASE_1"; 5.10/6.1 have no other), at release 1 the v2x one. 114 and 130 bytes.
+    """
+    return SMCD_ACCEPT_V2_LEN + FCE_LEN[release], SMCD_ACCEPT_V2_LEN
+
+
+# net/smc/smc_ism.h: loopback-ism's CHID (smc_ism_is_loopback); 0xFF00-0xFFFF are the
+# Emulated-ISM devices' (__smc_ism_is_emulated).
+LOOPBACK_CHID = 0xFFFF
+
+
+def loopback_offer(ism_offer):
+    """The CHID list of a 6.12 client with loopback-ism (CONFIG_SMC_LO) beside its ISM
+    functions, as the proposal's entries carry it.
+
+    smc_loopback.c smcd_lo_register_dev puts loopback-ism at the head of smcd_dev_list
+    (list_add), and smc_ism.c smcd_register_dev keeps it there ("loopback-ism always at
+    the very beginning": an ISM device without PNET ID goes right after it), so
+    smc_find_ism_v2_device_clnt offers it first; smc_clc.c smc_clc_send_proposal gives an
+    Emulated-ISM device two entries (GID and GID extension, the CHID repeated).
+
+    Where the server looks at it: af_smc.c smc_find_ism_v2_device_serv ->
+    smc_check_ism_v2_match finds its own loopback-ism on CHID 0xFFFF, but
+    smc_ism_cantalk -> smc_loopback.c smc_lo_query_rgid accepts only its own GID (a
+    128-bit uuid_gen per boot, smc_lo_generate_ids): from another guest no match, so the
+    server goes on to the ISM CHIDs (server_choice over its ISM functions alone); to
+    itself the match, first in the offer, so smc_listen_ism_init takes loopback-ism
+    (check_self).
+    """
+    return [LOOPBACK_CHID, LOOPBACK_CHID] + ism_offer
+
+
+SELF_PORT = 12347   # smcchid's self phase
+
+
+def check_self(guests, emulators, conns, cross_smcd):
+    """(errors, summary): each guest's connections to itself (smcchid self) on loopback-ism.
+
+    The kernel's choice (loopback_offer): loopback-ism. In sock_diag (smc_diag.c
+    __smc_diag_dump, struct smcd_diag_dmbinfo) the connection's own and peer GID are then
+    the same 128-bit loopback GID, its extension nonzero (an ISM function's is 0: ism_drv.c
+    smcd_get_local_gid), and no emulator function's GID; the host registers no DMB and
+    opens no connection for it: the emulator's connections are exactly the other guest's
+    (cross_smcd: the CONN lines of SMC-D connections between the guests, one conn_opened
+    each). These connections never
+    leave the guest's lo device, so there is no capture of them.
+    """
+    errors, per_guest = [], {}
+    gids = {gid for emu in emulators.values() for gid in emu["gids"]}
+    for name, g in sorted(guests.items()):
+        mine = [c for c in g["conns"] if port_of(c.get("local" if c.get("side") == "server" else "peer")) == SELF_PORT]
+        sums = {}
+        for side in ("client", "server"):
+            got = [c for c in mine if c.get("side") == side]
+            if len(got) != conns:
+                errors.append(f"self {name}: {len(got)} {side} CONN lines, expected {conns}")
+            sums[side] = sorted((c.get("idx"), c.get("bytes"), c.get("checksum")) for c in got)
+        ok = 0
+        for c in mine:
+            tag = f"self {name} {c.get('side')} conn {c.get('idx')}"
+            if c.get("verify") != "ok":
+                errors.append(f"{tag}: its bytes did not verify")
+            if c.get("mode") != "SMCD":
+                errors.append(f"{tag}: mode {c.get('mode')}, expected SMCD on loopback-ism")
+                continue
+            my, peer = int(c.get("my_gid", "0"), 16), int(c.get("peer_gid", "0"), 16)
+            my_x, peer_x = int(c.get("my_gid_ext", "0"), 16), int(c.get("peer_gid_ext", "0"), 16)
+            if "my_gid_ext" not in c:
+                errors.append(f"{tag}: sock_diag gave no GID extension (a 6.8+ kernel does)")
+            elif (my, my_x) != (peer, peer_x) or not my_x or my in gids:
+                errors.append(f"{tag}: GID {my:#x}/{my_x:#x} peer {peer:#x}/{peer_x:#x}: not loopback-ism "
+                              f"(own and peer the same 128-bit GID, no emulator's)")
+            elif c.get("side") == "client":
+                ok += 1   # connections, counted once
+        if sums["client"] != sums["server"]:
+            errors.append(f"self {name}: the client's connections {sums['client']} differ from the server's "
+                          f"{sums['server']}")
+        per_guest[name] = ok
+    opened = sum(1 for emu in emulators.values() for e in emu["events"] if e.get("kind") == "conn_opened")
+    if opened != cross_smcd:
+        errors.append(f"the host opened {opened} connections, the guests made {cross_smcd} SMC-D connection "
+                      f"ends between them: a connection to itself reached the emulator")
+    summary = "self " + " ".join(f"{n} loopback x{k}" for n, k in sorted(per_guest.items()))
+    return errors, summary
+
+
 def expected_fallback(side):
     """(reason, peer diagnosis) sock_diag shows for a connection the server declined.
 
@@ -129,8 +256,9 @@ def hexlist(chids):
 
 
 # ---- the CHID cases ------------------------------------------------------------------
-def check_chid(guests, emulators, handshakes, conns_per_phase):
-    """(errors, summary): the run against the kernel's rules, phase by phase."""
+def check_chid(guests, emulators, handshakes, conns_per_phase, loopback=False):
+    """(errors, summary): the run against the kernel's rules, phase by phase (loopback: both
+    guests' kernels have loopback-ism, loopback_offer)."""
     errors, phases = [], []
     by_gid = {gid: (name, emu["chid"], fn) for name, emu in emulators.items() for gid, fn in emu["gids"].items()}
     chosen_anywhere = set()
@@ -140,9 +268,17 @@ def check_chid(guests, emulators, handshakes, conns_per_phase):
         if cg is None or sg is None:
             errors.append(f"{where}: no console of guest {client if cg is None else server}")
             continue
-        if not cg["registered"]:
-            errors.append(f"{where}: guest {client} printed no SMCDEV lines (smc's registration order)")
-        offered = offer_order(cg["registered"], cg["pchids"])
+        if len(set(cg["pchids"].values())) == 1:
+            # One CHID: the order cannot matter (and 7.x names its devices after the dibs
+            # device, ism<uid>, not the PCI function: smc_ism.c smcd_register_dev).
+            offered = list(set(cg["pchids"].values()))
+        else:
+            if not cg["registered"]:
+                errors.append(f"{where}: guest {client} printed no SMCDEV lines (smc's registration order)")
+            offered = offer_order(cg["registered"], cg["pchids"])
+        if loopback:
+            offered = loopback_offer(offered)
+        # The server's ISM functions only: its loopback-ism never reaches another guest.
         want = server_choice(offered, set(sg["pchids"].values()))
         if want is not None:
             chosen_anywhere.add(want)
@@ -234,6 +370,54 @@ def check_chid(guests, emulators, handshakes, conns_per_phase):
     return errors, phases
 
 
+def check_release(handshakes, lines):
+    """(errors, summary): the mixed-line cases' CLC messages against mixed_release and
+    clc_lengths, connection by connection in the capture's order. lines: {guest: line}.
+
+    Only the run's first connection is a first contact: smc_core.c smc_conn_create reuses
+    an SMC-D link group matched by device and peer GID alone (smcd_lgr_match; the role
+    counts for SMC-R only), so the other direction's connections join the link group the
+    first one made, and one without connections lives SMC_LGR_FREE_DELAY_SERV (600 s)
+    after its last, longer than a run.
+    """
+    errors, releases, lengths = [], set(), {}
+    for n, (conn, msgs) in enumerate(handshakes.items()):
+        if port_of(conn) not in PHASES:
+            continue
+        client, server = PHASES[port_of(conn)]
+        want = mixed_release(lines[client], lines[server])
+        first_len, other_len = clc_lengths(want)
+        prop = msgs.get("proposal")
+        if prop and prop.get("release") != SMC_RELEASE[lines[client]]:
+            errors.append(f"{conn}: the proposal of {client} ({lines[client]}) says release "
+                          f"{prop.get('release')}, its SMC_RELEASE is {SMC_RELEASE[lines[client]]}")
+        for kind in ("accept", "confirm"):
+            m = msgs.get(kind)
+            if not m or m.get("version") != 2:
+                continue   # check_chid names what is missing
+            first = m.get("first_contact", False)
+            if first != (n == 0):
+                errors.append(f"{conn}: the {kind} is {'a' if first else 'no'} first contact, "
+                              f"expected {'one' if n == 0 else 'none'} (the run's connection {n + 1})")
+            if first:
+                releases.add(m.get("fce_release"))
+                if m.get("fce_release") != want:
+                    errors.append(f"{conn}: the {kind}'s first contact extension says release "
+                                  f"{m.get('fce_release')}, expected {want} ({lines[client]} client, "
+                                  f"{lines[server]} server)")
+            want_len = first_len if first else other_len
+            if m.get("length") != want_len:
+                errors.append(f"{conn}: the {kind} is {m.get('length')} bytes, expected {want_len} "
+                              f"(release {want}, {'a' if first else 'no'} first contact)")
+            if kind == "accept":
+                lengths[m.get("length")] = lengths.get(m.get("length"), 0) + 1
+    if not releases:
+        errors.append("no first contact on the wire")
+    summary = (f"release {'/'.join(str(r) for r in sorted(releases, key=str)) or 'none'}; accept bytes "
+               + " ".join(f"{n} x{c}" for n, c in sorted(lengths.items(), key=lambda kv: -(kv[0] or 0))))
+    return errors, summary
+
+
 def host_view(emulators):
     """"A 0x1234: 0 DMBs, 0 conns; B ...": each emulator's DMB registrations and connections."""
     out = []
@@ -243,8 +427,8 @@ def host_view(emulators):
     return ", ".join(out) or "no emulator"
 
 
-def chid_line(case, errors, phases, host):
-    """The case's one line."""
+def chid_line(case, errors, phases, host, clc=None):
+    """The case's one line (clc: check_release's summary, the mixed-line cases)."""
     offered = " ".join(f"{p['where']} {hexlist(p['offered'])}" for p in phases)
     accepted, modes, declines = [], [], set()
     for p in phases:
@@ -258,6 +442,7 @@ def chid_line(case, errors, phases, host):
                     for m in sorted(set(modes), key=str)) or "none"
     decline = ",".join(reason_name(d) for d in sorted(declines)) or "none"
     return (f"{case:<10} {'as expected' if not errors else 'NOT as expected'}: version {version}; "
+            f"{clc + '; ' if clc else ''}"
             f"CHIDs offered {offered}; accepted {' '.join(accepted)}; mode {mode}; decline {decline}; "
             f"host {host}")
 
@@ -290,6 +475,10 @@ def main():
     ap.add_argument("--emulator", action="append", default=[], metavar="NAME",
                     help="chid: an emulator's folder RUN_DIR/NAME (repeat)")
     ap.add_argument("--conns", type=int, default=3, help="chid: connections per phase (smcchid's)")
+    ap.add_argument("--loopback", action="store_true",
+                    help="chid: both guests have loopback-ism and ran smcchid's self phase")
+    ap.add_argument("--guest-line", action="append", default=[], metavar="GUEST=LINE",
+                    help="chid: the kernel line of guest GUEST (both guests: the mixed-line checks)")
     ap.add_argument("--status", type=int, default=0, help="e2e: check_e2e.py's exit status")
     ap.add_argument("--line", type=pathlib.Path, help="also write the one line here")
     args = ap.parse_args()
@@ -313,9 +502,24 @@ def main():
         for g, v in sorted(guests.items()):
             if not v["passed"]:
                 errors.append(f"guest {g}: its program did not pass (ISMTEST: RESULT)")
-        more, phases = check_chid(guests, emulators, handshakes, args.conns)
+        more, phases = check_chid(guests, emulators, handshakes, args.conns, args.loopback)
         errors += more
-        line = chid_line(args.case, errors, phases, host_view(emulators))
+        clc = None
+        if args.loopback:
+            cross = sum(1 for g in guests.values() for c in g["conns"]
+                        if c.get("mode") == "SMCD" and port_of(c.get("local" if c.get("side") == "server"
+                                                                      else "peer")) in PHASES)
+            more, clc = check_self(guests, emulators, args.conns, cross)
+            errors += more
+        lines = dict(x.split("=", 1) for x in args.guest_line)
+        if lines:
+            if set(lines) != {g for pair in PHASES.values() for g in pair} or \
+                    not set(lines.values()) <= set(SMC_RELEASE):
+                ap.error(f"--guest-line: give a and b, each one of {', '.join(SMC_RELEASE)}")
+            more, clc = check_release(handshakes, lines)
+            errors += more
+            clc = f"lines a {lines['a']} b {lines['b']}; {clc}"
+        line = chid_line(args.case, errors, phases, host_view(emulators), clc)
     print(line)
     for e in errors:
         print(f"  {args.case}: {e}")

@@ -202,5 +202,171 @@ class ChidCases(unittest.TestCase):
         self.assertTrue(any("emulator A (CHID 0x1234, chosen by no connection)" in e for e in errors), errors)
 
 
+def accept_fce(kind, gid_, token, release, first, chid=A):
+    """An SMC-Dv2 accept or confirm as smc_clc_send_confirm_accept builds it: with the
+    first contact flag and extension (base 36 bytes at release 0, v2x 52 at 1) or none."""
+    msg = accept_confirm(kind, 2, gid_, token, chid=chid)
+    if not first:
+        return msg
+    fce = bytes([0, 0x10 | release, 0, 0]) + b"host".ljust(32) + (bytes(16) if release else b"")
+    body = msg[8:-4] + fce + EYE_D
+    return msg[:4] + bytes([kind]) + struct.pack(">H", 8 + len(body)) + bytes([msg[7] | 0x08]) + body
+
+
+def with_release(prop, release):
+    """A proposal_v2 whose struct smc_clc_v2_flag says that release (seid set)."""
+    b = bytearray(prop)
+    b[52 + 28 + 3] = release << 4 | 1
+    return bytes(b)
+
+
+class Mixed(unittest.TestCase):
+    def test_one_chid_needs_no_registration_order(self):
+        # 7.x names its smc devices after the dibs device (ism<uid>), not the PCI function.
+        with tempfile.TemporaryDirectory() as d:
+            run = Run(d, [(F2, A, gid(A, 0))], [(F2, A, gid(A, 1))], {12345: A, 12346: A})
+            for g in ("a", "b"):
+                log = run.d / f"{g}.console.log"
+                log.write_text(log.read_text().replace(f"SMCDEV 1 {F2}", "SMCDEV 1 ism2"))
+            errors, phases = run.check()
+        self.assertEqual(errors, [])
+        self.assertEqual([p["offered"] for p in phases], [[A], [A]])
+
+    def test_release_is_the_smaller(self):
+        self.assertEqual(ct.mixed_release("5.10", "7.3"), 0)
+        self.assertEqual(ct.mixed_release("7.3", "5.10"), 0)
+        self.assertEqual(ct.mixed_release("6.12", "6.1"), 0)
+        self.assertEqual(ct.mixed_release("6.12", "7.3"), 1)
+
+    def test_lengths(self):
+        self.assertEqual(ct.clc_lengths(0), (114, 78))
+        self.assertEqual(ct.clc_lengths(1), (130, 78))
+
+    def test_fields_of_a_first_contact(self):
+        f = check_e2e.clc_fields(accept_fce(2, gid(A, 0), 5, 1, True))
+        self.assertEqual((f["length"], f["first_contact"], f["fce_release"]), (130, True, 1))
+        f = check_e2e.clc_fields(accept_fce(2, gid(A, 0), 5, 0, False))
+        self.assertEqual((f["length"], f["first_contact"]), (78, False))
+        self.assertEqual(check_e2e.clc_fields(with_release(proposal_v2([(gid(A, 0), A)]), 1))["release"], 1)
+
+    def handshakes(self, lines, accept_release=None, accept_len_of=None, all_first=False, prop_release=None):
+        """Three connections b->a, three a->b, as the kernels' code makes them: the first a
+        first contact at mixed_release, the others not."""
+        frames, ips = [], {"a": "10.0.0.1", "b": "10.0.0.2"}
+        n = 0
+        for port, (client, server) in sorted(ct.PHASES.items()):
+            rel = ct.mixed_release(lines[client], lines[server]) if accept_release is None else accept_release
+            for i in range(3):
+                c, s, cport = ips[client], ips[server], 40000 + port + i
+                first = n == 0 or all_first
+                pr = ct.SMC_RELEASE[lines[client]] if prop_release is None else prop_release
+                frames.append((c, cport, s, port, with_release(proposal_v2([(gid(A, 0), A)]), pr)))
+                acc = accept_fce(2, gid(A, 1), 7, rel, first)
+                if accept_len_of is not None and first:
+                    acc = acc[:5] + struct.pack(">H", accept_len_of) + acc[7:]
+                frames.append((s, port, c, cport, acc))
+                frames.append((c, cport, s, port, accept_fce(3, gid(A, 0), 8, rel, first)))
+                n += 1
+        with tempfile.TemporaryDirectory() as d:
+            (pathlib.Path(d) / "a.net.pcap").write_bytes(pcap(frames))
+            return ct.check_release(check_e2e.clc_handshakes(pathlib.Path(d)), lines)
+
+    def test_each_pair_as_the_code_says(self):
+        for la, lb in (("5.10", "7.3"), ("7.3", "5.10"), ("6.1", "6.12"), ("6.12", "6.1")):
+            errors, summary = self.handshakes({"a": la, "b": lb})
+            self.assertEqual(errors, [], (la, lb))
+            self.assertEqual(summary, "release 0; accept bytes 114 x1 78 x5")
+
+    def test_same_line_6_12_is_130(self):
+        errors, summary = self.handshakes({"a": "6.12", "b": "7.3"})
+        self.assertEqual((errors, summary), ([], "release 1; accept bytes 130 x1 78 x5"))
+
+    def test_a_server_that_kept_release_1_fails(self):
+        # A 7.3 server answering a 5.10 client at its own release: 130 bytes, release 1.
+        errors, _ = self.handshakes({"a": "7.3", "b": "5.10"}, accept_release=1)
+        self.assertTrue(any("says release 1, expected 0" in e for e in errors), errors)
+        self.assertTrue(any("is 130 bytes, expected 114" in e for e in errors), errors)
+
+    def test_a_wrong_length_fails(self):
+        errors, _ = self.handshakes({"a": "5.10", "b": "7.3"}, accept_len_of=130)
+        self.assertTrue(any("the accept is 130 bytes, expected 114" in e for e in errors), errors)
+
+    def test_a_second_first_contact_fails(self):
+        errors, _ = self.handshakes({"a": "5.10", "b": "7.3"}, all_first=True)
+        self.assertTrue(any("is a first contact, expected none" in e for e in errors), errors)
+
+    def test_a_proposal_of_another_release_fails(self):
+        errors, _ = self.handshakes({"a": "5.10", "b": "7.3"}, prop_release=1)
+        self.assertTrue(any("the proposal of a (5.10) says release 1, its SMC_RELEASE is 0" in e
+                            for e in errors), errors)
+
+
+LO = ct.LOOPBACK_CHID
+
+
+def self_conn(side, i, gid_, ext, ip="10.0.0.1", mode="SMCD", checksum="0x1"):
+    """A smctest CONN line's fields of a connection to itself (port 12347)."""
+    lp, pp = (f"{ip}:12347", f"{ip}:5000{i}") if side == "server" else (f"{ip}:5000{i}", f"{ip}:12347")
+    return {"test": "seq", "idx": str(i), "side": side, "mode": mode, "local": lp, "peer": pp,
+            "my_gid": f"{gid_:#018x}", "peer_gid": f"{gid_:#018x}", "my_gid_ext": f"{ext:#018x}",
+            "peer_gid_ext": f"{ext:#018x}", "bytes": "1", "checksum": checksum, "verify": "ok"}
+
+
+class Loopback(unittest.TestCase):
+    def test_offer_puts_loopback_first_twice(self):
+        self.assertEqual(ct.loopback_offer([A]), [LO, LO, A])
+        # The server's own loopback-ism never reaches the other guest: the ISM CHID.
+        self.assertEqual(ct.server_choice(ct.loopback_offer([A]), {A}), A)
+
+    def cross(self, offer_lo=True):
+        with tempfile.TemporaryDirectory() as d:
+            offer = ([(0x1111, LO), (0x2222, LO)] if offer_lo else []) + [(gid(A, 0), A)]
+            run = Run(d, [(F2, A, gid(A, 0))], [(F2, A, gid(A, 1))], {12345: A, 12346: A}, offer=offer)
+            guests = {g: ct.read_guest(run.d / f"{g}.console.log") for g in ("a", "b")}
+            emulators = {n: ct.read_emulator(run.d / n) for n in ("A", "B")}
+            return ct.check_chid(guests, emulators, check_e2e.clc_handshakes(run.d), 2, loopback=True)
+
+    def test_cross_takes_ism_after_offering_loopback(self):
+        errors, phases = self.cross()
+        self.assertEqual(errors, [])
+        self.assertEqual([(p["offered"], p["want"]) for p in phases], [([LO, LO, A], A)] * 2)
+
+    def test_cross_without_loopback_in_the_offer_fails(self):
+        errors, _ = self.cross(offer_lo=False)
+        self.assertTrue(any("the kernel's order is 0xffff,0xffff,0x1234" in e for e in errors), errors)
+
+    def self_run(self, conns=None, opened=4):
+        emus = {"A": {"chid": A, "gids": {gid(A, 0): "ism0", gid(A, 1): "ism1"}, "moves": 0,
+                      "events": [{"kind": "conn_opened"}] * opened}}
+        if conns is None:
+            conns = {"a": [self_conn(s, i, 0xAA, 0xA1) for s in ("client", "server") for i in range(2)],
+                     "b": [self_conn(s, i, 0xBB, 0xB1, ip="10.0.0.2") for s in ("client", "server") for i in range(2)]}
+        guests = {g: {"conns": c} for g, c in conns.items()}
+        return ct.check_self(guests, emus, 2, 4)
+
+    def test_self_on_loopback(self):
+        errors, summary = self.self_run()
+        self.assertEqual(errors, [])
+        self.assertEqual(summary, "self a loopback x2 b loopback x2")
+
+    def test_self_on_the_ism_function_fails(self):
+        c = [self_conn(s, i, gid(A, 0), 0) for s in ("client", "server") for i in range(2)]
+        errors, _ = self.self_run({"a": c}, opened=8)
+        self.assertTrue(any("not loopback-ism" in e for e in errors), errors)
+        self.assertTrue(any("the host opened 8 connections" in e for e in errors), errors)
+
+    def test_self_fallback_or_missing_fails(self):
+        c = [self_conn(s, i, 0xAA, 0xA1, mode="FALLBACK") for s in ("client", "server") for i in range(2)]
+        errors, _ = self.self_run({"a": c, "b": []})
+        self.assertTrue(any("expected SMCD on loopback-ism" in e for e in errors), errors)
+        self.assertTrue(any("self b: 0 client CONN lines, expected 2" in e for e in errors), errors)
+
+    def test_self_bytes_that_differ_fail(self):
+        c = [self_conn(s, i, 0xAA, 0xA1, checksum="0x2" if s == "server" and i == 1 else "0x1")
+             for s in ("client", "server") for i in range(2)]
+        errors, _ = self.self_run({"a": c})
+        self.assertTrue(any("differ from the server's" in e for e in errors), errors)
+
+
 if __name__ == "__main__":
     unittest.main()

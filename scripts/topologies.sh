@@ -13,13 +13,28 @@
 #   chid-one   a on A and B, b on B only: B in both directions
 #   chid-none  a on A, b on B: no common CHID; the server declines (NOSMCD2DEV), both
 #              sides fall back to TCP with the bytes intact, no emulator sees a DMB
-# Environment: KERNEL, VARIANT (default 6.12, stock), CHID_A and CHID_B (0x1234, 0x5678),
-# TOPO_DIR (logs, default build/topologies), GUEST_TIMEOUT (s, default 600).
+#   mixed-510-73, mixed-73-510, mixed-61-612, mixed-612-61
+#              mixed kernel lines: guest a of the first line, b of the second, one function
+#              each on emulator A, smcchid as in the CHID cases (b->a, then a->b). Every
+#              line speaks SMC-Dv2 (no PNET ID: no v1), at the smaller SMC release of the
+#              two (5.10/6.1: 0, 6.12+: 1), so the one first contact's accept and confirm
+#              are 114 bytes, not 6.12+'s 130 (check_topology.py mixed_release)
+#   mixed-612-73  the same between two release-1 lines: 130 bytes (the check's control)
+#   loopback   6.12 guests with loopback-ism beside an ISM function (VARIANT=loopback),
+#              one function each on emulator A: each guest's connections to itself first
+#              (smcchid self) take loopback-ism, the host sees none of them; then b->a
+#              and a->b offer loopback-ism first but take the ISM CHID (the peer's
+#              loopback GID is never reachable)
+# Environment: KERNEL, VARIANT (default 6.12, stock; the mixed cases take their lines
+# from their names, in VARIANT), CHID_A and CHID_B (0x1234, 0x5678),
+# TOPO_DIR (logs, default build/topologies), GUEST_TIMEOUT (s, default 600),
+# TOPO_PRINT_LINES=1 (print the other kernels the cases need, LINE:VARIANT, run nothing).
 # Exit status: 0 if every case was as expected, 1 if not, 2 on a usage error.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
-ALL_CASES=(v1 vlan chid-both chid-one chid-none)
+ALL_CASES=(v1 vlan chid-both chid-one chid-none mixed-510-73 mixed-73-510 mixed-61-612 mixed-612-61 mixed-612-73
+    loopback)
 help_and_no_options "$@"
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=("${ALL_CASES[@]}")
@@ -29,29 +44,59 @@ need_packages guests   # python3: check_e2e.py, check_topology.py
 TOPO_DIR="${TOPO_DIR:-$BUILD_DIR/topologies}"
 CHID_A="${CHID_A:-0x1234}"
 CHID_B="${CHID_B:-0x5678}"
-check_artefacts
+# mixed_lines CASE: "LINE_A LINE_B" of a mixed-line case (its name says them).
+mixed_lines() {
+    local l="${1#mixed-}"
+    echo "$(mixed_line "${l%-*}") $(mixed_line "${l#*-}")"
+}
+mixed_line() { case "$1" in 510) echo 5.10 ;; 61) echo 6.1 ;; 612) echo 6.12 ;; 72) echo 7.2 ;; 73) echo 7.3 ;; esac; }
+
+# The loopback case's kernel: 6.12 with loopback-ism (CONFIG_SMC_LO, 6.9-6.17).
+LOOPBACK_KERNEL=6.12
+
+others=()   # the other kernels the cases boot, LINE:VARIANT
+for c in "${cases[@]}"; do
+    case "$c" in
+        mixed-*) for l in $(mixed_lines "$c"); do others+=("$l:$VARIANT"); done ;;
+        loopback) others+=("$LOOPBACK_KERNEL:loopback") ;;
+    esac
+done
+# TOPO_PRINT_LINES=1: only those, one a line (make topologies builds them first).
+if [ "${TOPO_PRINT_LINES:-}" = 1 ]; then
+    [ ${#others[@]} = 0 ] || printf '%s\n' "${others[@]}" | sort -u
+    exit 0
+fi
+check_artefacts ${others[@]+"${others[@]}"}
 mkdir -p "$TOPO_DIR"
 
-# run_chid CASE FALLBACK A_FUNCS B_FUNCS A_SPECS B_SPECS: emulators A and B with that
-# many functions, guests a and b with the functions their specs name (guest_start), both
-# running smcchid (FALLBACK: "fallback" or ""); then each emulator's snapshot, its clean
-# stop, and check_topology.py's line.
+# run_chid CASE MODE A_FUNCS B_FUNCS A_SPECS B_SPECS [LINE_A LINE_B]: emulators A and B
+# with that many functions (B_FUNCS 0: no emulator B), guests a and b with the functions
+# their specs name (guest_start; of kernel lines LINE_A and LINE_B if given), both running
+# smcchid (MODE: "fallback", "self": each guest first to itself, or ""); then each
+# emulator's snapshot, its clean stop, and check_topology.py's line (with the lines: its
+# mixed-line checks too; with self: its loopback checks).
 run_chid() {
-    local case="$1" fallback="$2" rc=0 st
+    local case="$1" mode="$2" rc=0 st emus=(A) more=() a_args=(fallback) b_args=(fallback)
     emu_start_named A "$CHID_A" "$3"
-    emu_start_named B "$CHID_B" "$4"
-    guest_start a "$5" 10.0.0.1/24 on smcchid a 10.0.0.2 ${fallback:+"$fallback"}
-    guest_start b "$6" 10.0.0.2/24 off smcchid b 10.0.0.1 ${fallback:+"$fallback"}
+    [ "$4" = 0 ] || { emu_start_named B "$CHID_B" "$4"; emus+=(B); }
+    [ -z "${7:-}" ] || more=(--guest-line "a=$7" --guest-line "b=$8")
+    case "$mode" in
+        "") a_args=(); b_args=() ;;
+        self) a_args=(self 10.0.0.1); b_args=(self 10.0.0.2); more+=(--loopback) ;;
+    esac
+    GUEST_LINE="${7:-}" guest_start a "$5" 10.0.0.1/24 on smcchid a 10.0.0.2 ${a_args[@]+"${a_args[@]}"}
+    GUEST_LINE="${8:-}" guest_start b "$6" 10.0.0.2/24 off smcchid b 10.0.0.1 ${b_args[@]+"${b_args[@]}"}
     guest_wait a || rc=1
     guest_wait b || rc=1
-    for e in A B; do
+    for e in "${emus[@]}"; do
         observe_named "$e" json >"$RUN_DIR/$e/snapshot.json" 2>>"$RUN_DIR/$e/emulator.log" || rc=1
         emu_stop_named "$e" && st=0 || st=$?
         record_check "emulator_${e}_clean_shutdown" "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
     done
     topo_cleanup
     python3 "$REPO_ROOT/scripts/check_topology.py" chid --case "$case" --run-dir "$RUN_DIR" \
-        --emulator A --emulator B --line "$RUN_DIR/line" >"$RUN_DIR/check.txt" || rc=1
+        "${emus[@]/#/--emulator=}" ${more[@]+"${more[@]}"} --line "$RUN_DIR/line" \
+        >"$RUN_DIR/check.txt" || rc=1
     grep '^  ' "$RUN_DIR/check.txt" || true   # what was not as expected
     return "$rc"
 }
@@ -76,8 +121,16 @@ run_v1_case() {
 lines=()
 failed=0
 for c in "${cases[@]}"; do
-    topo_init "$TOPO_DIR/$c-$(kernel_suffix)"
-    step "topologies: case '$c', kernel $KERNEL ($VARIANT)"
+    case "$c" in
+        mixed-*) topo_init "$TOPO_DIR/$c-$VARIANT" ;;   # its name says its lines
+        loopback) topo_init "$TOPO_DIR/$c-$LOOPBACK_KERNEL" ;;
+        *) topo_init "$TOPO_DIR/$c-$(kernel_suffix)" ;;
+    esac
+    case "$c" in
+        mixed-*) step "topologies: case '$c', kernels $(mixed_lines "$c" | sed 's/ / and /') ($VARIANT)" ;;
+        loopback) step "topologies: case '$c', kernel $LOOPBACK_KERNEL (loopback)" ;;
+        *) step "topologies: case '$c', kernel $KERNEL ($VARIANT)" ;;
+    esac
     start=$SECONDS
     rc=0
     A="$RUN_DIR/A" B="$RUN_DIR/B"
@@ -90,6 +143,10 @@ for c in "${cases[@]}"; do
         chid-one) run_chid "$c" "" 1 2 "$A/ism0.sock,chid=$CHID_A|$B/ism0.sock,chid=$CHID_B" \
             "$B/ism1.sock,chid=$CHID_B" || rc=1 ;;
         chid-none) run_chid "$c" fallback 1 1 "$A/ism0.sock,chid=$CHID_A" "$B/ism0.sock,chid=$CHID_B" || rc=1 ;;
+        mixed-*) read -r la lb <<<"$(mixed_lines "$c")"
+            run_chid "$c" "" 2 0 "$A/ism0.sock,chid=$CHID_A" "$A/ism1.sock,chid=$CHID_A" "$la" "$lb" || rc=1 ;;
+        loopback) KERNEL="$LOOPBACK_KERNEL" VARIANT=loopback run_chid "$c" self 2 0 \
+            "$A/ism0.sock,chid=$CHID_A" "$A/ism1.sock,chid=$CHID_A" || rc=1 ;;
     esac
     [ -s "$RUN_DIR/line" ] || printf '%-10s NOT as expected: no verdict (logs: %s)\n' "$c" "$RUN_DIR" >"$RUN_DIR/line"
     # A line that says "as expected" with a failed run (a guest, an emulator's shutdown) is not.

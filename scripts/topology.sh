@@ -38,11 +38,21 @@ topo_cleanup() {
     _topo_pids=()
 }
 
+# check_artefacts [LINE[:VARIANT]...]: the emulator, QEMU and the kernel and initramfs of
+# KERNEL and VARIANT are there, and of each LINE (in VARIANT unless it names one), for
+# guests started with GUEST_LINE or a VARIANT of their own.
 check_artefacts() {
-    local f
+    local f k v
     check_kernel_selection
-    for f in "$EMU_BIN" "$BUILD_DIR/qemu/bin/qemu-system-s390x" "$(guest_kernel)" "$(guest_initrd)"; do
-        [ -e "$f" ] || die "missing $f: run 'make images emulator' (KERNEL=$KERNEL VARIANT=$VARIANT) first"
+    for f in "$EMU_BIN" "$BUILD_DIR/qemu/bin/qemu-system-s390x"; do
+        [ -e "$f" ] || die "missing $f: run 'make images emulator' first"
+    done
+    for k in "$KERNEL" "$@"; do
+        v="$VARIANT"
+        [[ "$k" != *:* ]] || { v="${k#*:}"; k="${k%%:*}"; }
+        for f in "$(guest_kernel "$k" "$v")" "$(guest_initrd "$k" "$v")"; do
+            [ -e "$f" ] || die "missing $f: run 'make images emulator' (KERNEL=$k VARIANT=$v) first"
+        done
     done
 }
 
@@ -124,7 +134,9 @@ observe_named() { local n="$1"; shift; "$EMU_BIN" observe --control "$RUN_DIR/$n
 # Optional, from the environment: GUEST_NET (the link's socket, default RUN_DIR/net.sock:
 # a link joins exactly one listening and one connecting guest, so more pairs need one
 # each), GUEST_MEM and GUEST_SMP (run-guest.sh's --mem and --smp), GUEST_APPEND_EXTRA
-# (more kernel parameters, e.g. ismtest.verbose=1).
+# (more kernel parameters, e.g. ismtest.verbose=1), GUEST_LINE (this guest's kernel line
+# instead of KERNEL, same VARIANT: `GUEST_LINE=5.10 guest_start a ...`; its kernel and
+# initramfs must be built, check_artefacts LINE).
 # GUEST_PCAP=off: no capture (bench-guests: a TCP phase at 100+ MB/s fills gigabytes, and
 # QEMU writes each frame on the guest's own host CPU, which would slow the TCP it measures).
 # GUEST_TRACE_EVENTS=FILE: QEMU traces the events FILE names into RUN_DIR/NAME.trace
@@ -154,7 +166,8 @@ guest_start() {
     echo "${fns[*]:-none}" >"$RUN_DIR/$name.function"
     local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}"
     ${GUEST_CPUS:+taskset -c "$GUEST_CPUS"} "$REPO_ROOT/qemu-configs/run-guest.sh" --name "$name" \
-        --kernel "$(guest_kernel)" --initrd "$(guest_initrd)" --append "$append" \
+        --kernel "$(guest_kernel "${GUEST_LINE:-$KERNEL}")" \
+        --initrd "$(guest_initrd "${GUEST_LINE:-$KERNEL}")" --append "$append" \
         ${isms[@]+"${isms[@]}"} --chid "$CHID" \
         --net-socket "${GUEST_NET:-$RUN_DIR/net.sock}" --net-server "$net_server" "${size[@]}" \
         --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
