@@ -142,6 +142,9 @@ results-check: kernel ## the KTAP and JUnit reports read back by real parsers
 readme-check: images emulator ## README's tested command blocks, run as written
 	scripts/readme-check.sh
 
+# make test's topologies: v1 and vlan run in make e2e already; loopback needs its own
+# kernel variant, built on top of the fresh-root check's time: .ci/run runs it on the host.
+test: TOPO_CASES = chid-both chid-one chid-none mixed-510-73 mixed-73-510 mixed-61-612 mixed-612-61 mixed-612-73
 test: lint unit cli-check qemu-smoke e2e topologies faults e2e-variants e2e-matrix results-check shell-check readme-check ## lint, unit, cli-check, qemu-smoke, e2e, topologies, faults, variants, matrix, results, shell, README (CI's)
 
 # Every script's --help, usage errors and exit codes (scripts/cli-check.sh): no guest boots.
