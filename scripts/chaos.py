@@ -205,7 +205,8 @@ def judge(run_dir, plan, variant="stock"):
         if g not in guests:
             continue
         if WATCHDOG.search(console):
-            bad("blocked", f"{g}: smctest's watchdog fired (a call outlived its {IO_TIMEOUT} s timeout)")
+            bad("blocked", f"{g}: smctest's watchdog fired (a call outlived its {IO_TIMEOUT} s "
+                           f"timeout, or an accept its {3 * IO_TIMEOUT} s)")
         m = SECS.search(console)
         took = _read(os.path.join(run_dir, f"{g}.took"))
         limit = deadline(plan)
