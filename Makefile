@@ -24,7 +24,7 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu qemu-asan qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	bug-livelock bug-lateabort bug-chid0 hops coverage lint clean \
+	bug-livelock bug-lateabort bug-chid0 hops coverage chaos lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
@@ -86,6 +86,7 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	python3 scripts/test_check_topology.py
 	python3 scripts/test_hops.py
 	python3 scripts/test_reuse_verdict.py
+	python3 scripts/test_chaos.py
 	python3 scripts/test_kernel_reports.py
 	python3 scripts/test_coverage.py
 	python3 scripts/test_bench_guests.py
@@ -201,6 +202,18 @@ experiment: images emulator ## the seed commit's experiment: zeroing at release 
 # each scenario's outcome asserted from both guests and the event stream.
 faults: images emulator ## fault scenarios against the unmodified kernels of two guests
 	scripts/faults.sh
+
+# A seeded fault campaign (scripts/chaos.py, docs/chaos.md): CHAOS_ROUNDS rounds, each a
+# fault schedule and a workload drawn from its seed (from CHAOS_SEED, printed), run on two
+# guests and judged by four invariants (data, kernel reports, blocked calls, the host's
+# reuse verdict); a failed round is replayed, shrunk and kept in build/chaos/findings/.
+# VARIANT=debug by default (the kernel's bug detectors). CHAOS_ROUND=R: that one round
+# seed; CHAOS_PLAN=FILE: a finding's plan.json.
+CHAOS_ROUNDS ?= 5
+chaos: export VARIANT ?= debug
+chaos: images emulator ## a seeded fault campaign on two guests: CHAOS_ROUNDS, CHAOS_SEED (docs/chaos.md)
+	scripts/chaos.py --rounds $(CHAOS_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
+		$(if $(CHAOS_ROUND),--round-seed $(CHAOS_ROUND)) $(if $(CHAOS_PLAN),--plan $(CHAOS_PLAN))
 
 # The guest kernel's coverage of net/smc, the ism driver and dibs (scripts/coverage.sh,
 # docs/coverage.md): the default line's suites on GCOV=1 kernels, beside the loopback-ism
