@@ -446,7 +446,14 @@ fi
 pass=0 fail=0
 check() {   # check DESCRIPTION FILE FIXED-STRING
     if grep -qF -- "$3" "$2"; then echo "ok - $1"; pass=$((pass + 1))
-    else echo "not ok - $1 (no '$3' in $(basename "$2"))"; fail=$((fail + 1)); fi
+    else
+        echo "not ok - $1 (no '$3' in $(basename "$2"))"; fail=$((fail + 1))
+        # what the file has instead: the lines that start as the expected one (its first
+        # two words, e.g. "STBT: 0007:00:00.0"), as TAP diagnostics (a rare failure's logs
+        # are gone after the run)
+        local head; head="$(echo "$3" | awk '{print $1, $2}')"
+        grep -F -- "$head" "$2" | tail -n 10 | sed 's/^/#   /'
+    fi
 }
 check_re() {   # check_re DESCRIPTION FILE EXTENDED-REGEX
     if grep -qE -- "$3" "$2"; then echo "ok - $1"; pass=$((pass + 1))
