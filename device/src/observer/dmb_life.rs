@@ -78,6 +78,12 @@ struct Pending {
     bytes: u64,
     /// The cursor a new connection would have after them.
     cursor: Cursor,
+    /// The read before one of them found the DMB all zero. When they turn out to be
+    /// the old connection's late writes, that was its owner's zeroing at release (the
+    /// old connection wrote into the DMB, its closing CDC message at least); when they
+    /// start a new connection, it may be zeroing at hand-out (5.10), which the clean
+    /// reuse says.
+    found_zero: bool,
 }
 
 impl DmbLife {
@@ -156,13 +162,17 @@ impl Tracker {
         vec![ObservedEvent::dmb(function, dmb.owner_gid, dmb.token, what)]
     }
 
-    /// Whether `data` at `addr` may be the first move of a new connection on a closed
-    /// DMB (the first since the close that is not a late CDC of the old one).
+    /// Whether the DMB's content should be read before `data` lands at `addr`, a move
+    /// into a closed DMB: when it may be the first move of a new connection (the first
+    /// since the close that is not a late CDC of the old one), and before every move
+    /// while the zeroing watch has not seen the owner zero the DMB. The watch looks every
+    /// few milliseconds; a late write of the old connection that follows the owner's
+    /// zeroing closely leaves the DMB never all zero at any of its looks, and only the
+    /// read before that write tells that it landed in a buffer already zeroed.
     pub fn wants_reuse_check(&self, dmb: &Dmb, addr: &MoveAddress, data: &[u8]) -> bool {
         self.dmbs.get(&dmb.token).is_some_and(|life| {
             life.summary.state == ConnState::Closed
-                && life.pending.is_none()
-                && may_open_connection(addr, data)
+                && ((life.pending.is_none() && may_open_connection(addr, data)) || !life.watch_done)
         })
     }
 
@@ -200,6 +210,7 @@ impl Tracker {
             }
             ConnState::Closed => {
                 let check = reuse.unwrap_or(ReuseCheck::Unknown(Unread::NotRead));
+                let found_zero = matches!(check, ReuseCheck::Read { stale: 0, .. });
                 if !is_cdc(addr, data) {
                     // Not yet known whose: the peer's next CDC tells.
                     let pending = life.pending.get_or_insert(Pending {
@@ -208,7 +219,9 @@ impl Tracker {
                         moves: 0,
                         bytes: 0,
                         cursor: Cursor::default(),
+                        found_zero: false,
                     });
+                    pending.found_zero |= found_zero;
                     pending.moves += 1;
                     pending.bytes += data.len() as u64;
                     if let Some(end) = data_end(addr, data.len(), dmb.len) {
@@ -218,7 +231,13 @@ impl Tracker {
                 }
                 let pending = life.pending.take();
                 if closing_flags(data) != 0 {
-                    return vec![Self::late_write(life, pending)];
+                    let zeroed = found_zero || pending.as_ref().is_some_and(|p| p.found_zero);
+                    let mut events = Vec::new();
+                    if zeroed && !life.watch_done {
+                        events.push(Self::zeroing_seen(life));
+                    }
+                    events.push(Self::late_write(life, pending));
+                    return events;
                 }
                 let (since_us, check, bytes, cursor) = pending
                     .map_or((now_us(), check, 0, Cursor::default()), |p| {
@@ -542,7 +561,7 @@ mod tests {
         // The old connection's tail, onto its unzeroed bytes: pending until its CDC.
         assert!(mv(&mut t, data_at(4128), &[7; 60000], 65267).is_empty());
         let abort = cdc_at(cdc::PEER_CONN_ABORT, 64096);
-        let tail = mv(&mut t, cdc_at0(), &abort, 0);
+        let tail = mv(&mut t, cdc_at0(), &abort, 65267);
         assert_eq!(
             tail,
             [What::LateWrite {
@@ -589,6 +608,53 @@ mod tests {
             d.recent[0].bytes, 4096,
             "the tail is not the old connection's data"
         );
+    }
+
+    /// CI's late-write run of stop 46: the owner zeroed its DMB and the old connection's
+    /// peer wrote its late CDC before the watch's next look, so no look ever found the
+    /// DMB zero. The read before the late CDC finds it zero: that is the zeroing.
+    #[test]
+    fn a_late_cdc_right_after_the_zeroing_is_after_the_zeroing() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        assert_eq!(kinds(&mv(&mut t, data_at(32), &[7; 4096], 0)), ["opened"]);
+        let abort = cdc_at(cdc::PEER_CONN_ABORT, 4096);
+        assert_eq!(kinds(&mv(&mut t, cdc_at0(), &abort, 0)), ["closed"]);
+        // Before the owner zeroes: the DMB still holds the stream (4,128 bytes).
+        assert!(t.wants_reuse_check(&dmb(), &cdc_at0(), &abort));
+        let early = mv(&mut t, cdc_at0(), &abort, 4128);
+        assert!(matches!(
+            early[..],
+            [What::LateWrite {
+                after_zeroed: false,
+                ..
+            }]
+        ));
+        // A late data move, read before it lands (the stream still there); the owner
+        // zeroes (wiping that move too); its CDC comes before any look of the watch.
+        assert!(mv(&mut t, data_at(4128), &[7; 100], 4128).is_empty());
+        let late = mv(&mut t, cdc_at0(), &abort, 0);
+        assert!(
+            matches!(
+                late[..],
+                [
+                    What::DmbZeroed { conn: 1, .. },
+                    What::LateWrite {
+                        conn: 1,
+                        moves: 2,
+                        after_zeroed: true,
+                        ..
+                    }
+                ]
+            ),
+            "{late:?}"
+        );
+        // Seen once: the watch stops and late CDCs are not read again.
+        assert!(t.zero_watch().is_empty());
+        assert!(!t.wants_reuse_check(&dmb(), &cdc_at0(), &abort));
+        let d = t.summary(TOKEN).unwrap();
+        assert_eq!((d.late_writes, d.late_writes_after_zeroed), (2, 1));
+        assert_eq!(d.zeroed_after_close, 1);
     }
 
     /// What `make faults`' late-write scenario shows: the old connection's close writes

@@ -31,6 +31,23 @@ impl Tracker {
         watch.into_iter().map(|(_, w)| w).collect()
     }
 
+    /// The owner's zeroing of a closed DMB, seen now (by the watch, or by the read before
+    /// a late write): the delay since the close is an upper bound.
+    pub(super) fn zeroing_seen(life: &mut DmbLife) -> ObservedEvent {
+        let delay_ms = since(life.closed_us).as_secs_f64() * 1e3;
+        if let Some(record) = life.current() {
+            record.zeroed_after_ms = Some(delay_ms);
+        }
+        life.watch_done = true;
+        let s = &mut life.summary;
+        s.zeroed_after_close += 1;
+        s.zero_delays_ms.record(delay_ms);
+        s.event(What::DmbZeroed {
+            conn: s.connections,
+            delay_ms,
+        })
+    }
+
     /// Records what the watcher found. Returns the events and how many DMBs are still
     /// watched. A DMB still not zero `ZERO_WATCH_LIMIT` after its close is given up on,
     /// looked at this tick or not.
@@ -46,21 +63,7 @@ impl Tracker {
             }
             life.looked_at = self.tick;
             match scan {
-                ZeroScan::Zero => {
-                    let waited = since(life.closed_us);
-                    let delay_ms = waited.as_secs_f64() * 1e3;
-                    if let Some(record) = life.current() {
-                        record.zeroed_after_ms = Some(delay_ms);
-                    }
-                    life.watch_done = true;
-                    let s = &mut life.summary;
-                    s.zeroed_after_close += 1;
-                    s.zero_delays_ms.record(delay_ms);
-                    events.push(s.event(What::DmbZeroed {
-                        conn: s.connections,
-                        delay_ms,
-                    }));
-                }
+                ZeroScan::Zero => events.push(Self::zeroing_seen(life)),
                 ZeroScan::Dirty(at) => {
                     life.scan_from = at;
                     life.dirty_at = Some(at);
