@@ -28,6 +28,9 @@
 #   --net-socket PATH     add a virtio-net NIC (zpci uid/fid 1) on a unix stream socket (NET_SOCK)
 #   --net-server on|off   on: listen on the socket; off: connect, retrying every second
 #                         (NET_SERVER; default on)
+#   --net-mcast GROUP:PORT  instead of --net-socket: the NIC on a UDP multicast group on the
+#                         host's loopback (NET_MCAST), a hub that joins any number of guests
+#                         (each needs its own --mac)
 #   --mac MAC             NIC MAC (MAC; default 52:54:00:00:00:01 for server=on, :02 for off)
 #   --log PATH            console log (CONSOLE_LOG; default $BUILD_DIR/logs/<name>.console.log);
 #                         QEMU's own messages go to <log minus .console.log>.qemu.log
@@ -71,6 +74,7 @@ GUEST_INITRD="${GUEST_INITRD:-$(guest_initrd)}"
 GUEST_APPEND="${GUEST_APPEND:-console=ttysclp0}"
 read -r -a ism_socks <<<"${ISM_SOCKS:-}"
 NET_SOCK="${NET_SOCK:-}"
+NET_MCAST="${NET_MCAST:-}"
 [ -z "${ISM_POST:-}" ] || die "ISM_POST is now X_ISM_POST (zpci x-ism-post, default off)"
 X_ISM_POST="${X_ISM_POST:-off}"
 NET_SERVER="${NET_SERVER:-on}"
@@ -98,6 +102,7 @@ while [ $# -gt 0 ]; do
         --x-ism-post) need_arg "$@"; X_ISM_POST="$2"; shift 2 ;;
         --net-socket) need_arg "$@"; NET_SOCK="$2"; shift 2 ;;
         --net-server) need_arg "$@"; NET_SERVER="$2"; shift 2 ;;
+        --net-mcast) need_arg "$@"; NET_MCAST="$2"; shift 2 ;;
         --mac) need_arg "$@"; MAC="$2"; shift 2 ;;
         --log) need_arg "$@"; CONSOLE_LOG="$2"; shift 2 ;;
         --name) need_arg "$@"; NAME="$2"; shift 2 ;;
@@ -139,6 +144,13 @@ for i in "${!ism_socks[@]}"; do
     ism_socks[i]="$s"; ism_chids[i]="$c"
 done
 case "$NET_SERVER" in on|off) ;; *) usage_error "--net-server must be on or off" ;; esac
+mcast_host="" mcast_port=""
+if [ -n "$NET_MCAST" ]; then
+    [ -z "$NET_SOCK" ] || usage_error "give --net-socket or --net-mcast, not both"
+    [[ "$NET_MCAST" =~ ^(2(2[4-9]|3[0-9])(\.[0-9]{1,3}){3}):([0-9]{1,5})$ ]] && [ "${BASH_REMATCH[4]}" -gt 0 ] \
+        && [ "${BASH_REMATCH[4]}" -lt 65536 ] || usage_error "--net-mcast $NET_MCAST: give a multicast GROUP:PORT, e.g. 230.0.39.1:40039"
+    mcast_host="${BASH_REMATCH[1]}" mcast_port="${BASH_REMATCH[4]}"
+fi
 case "$X_ISM_POST" in on|off) ;; *) usage_error "--x-ism-post must be on or off" ;; esac
 [[ "$MEM" =~ ^[0-9]+[KMGT]?$ ]] || usage_error "--mem must be a size like 1G or 512M"
 [[ "$SMP" =~ ^[1-9][0-9]*$ ]] || usage_error "--smp must be a positive number"
@@ -164,7 +176,7 @@ mkdir -p "$(dirname "$CONSOLE_LOG")" "$(dirname "$QEMU_LOG")"
 declare -A V=(
     [MEM]="$MEM" [SMP]="$SMP" [GUEST_KERNEL]="$GUEST_KERNEL" [GUEST_APPEND]="$GUEST_APPEND"
     [GUEST_INITRD]="$GUEST_INITRD" [CONSOLE_LOG]="$CONSOLE_LOG" [CHID]="$CHID"
-    [NET_SOCK]="$NET_SOCK" [MAC]="$MAC" [ISM_UID]="" [ISM_SOCK]="" [X_ISM_POST]="$X_ISM_POST"
+    [NET_SOCK]="$NET_SOCK" [NET_MCAST_HOST]="$mcast_host" [NET_MCAST_PORT]="$mcast_port" [MAC]="$MAC" [ISM_UID]="" [ISM_SOCK]="" [X_ISM_POST]="$X_ISM_POST"
 )
 subst() {   # subst LINE -> LINE with ${VAR} replaced from V
     local line="$1" out="" name
@@ -202,6 +214,9 @@ done
 if [ -n "$NET_SOCK" ]; then
     emit_section "net-$( [ "$NET_SERVER" = on ] && echo server || echo client )"
     emit_section net
+elif [ -n "$NET_MCAST" ]; then
+    emit_section net-mcast
+    emit_section net
 fi
 cmd+=(-name "$NAME,process=qemu-$NAME")
 [ -z "$PIDFILE" ] || cmd+=(-pidfile "$PIDFILE")
@@ -228,7 +243,7 @@ for s in "${ism_socks[@]}"; do
 done
 
 step "$NAME: kernel $GUEST_KERNEL, initramfs ${GUEST_INITRD:-none}"
-step "$NAME: starting the guest (timeout ${TIMEOUT}s, ${#ism_socks[@]} ISM function(s)${NET_SOCK:+, NIC server=$NET_SERVER}); console: $CONSOLE_LOG"
+step "$NAME: starting the guest (timeout ${TIMEOUT}s, ${#ism_socks[@]} ISM function(s)${NET_SOCK:+, NIC server=$NET_SERVER}${NET_MCAST:+, NIC on $NET_MCAST}); console: $CONSOLE_LOG"
 : >"$CONSOLE_LOG"
 start=$SECONDS
 set +e

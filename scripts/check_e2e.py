@@ -304,20 +304,27 @@ def clc_handshakes(run_dir):
     connection, as the kernel may give two connections to different servers the same
     port (seen in a run: seq and concurrent each had a connection from 10.0.0.2:39832)."""
     for pcap in sorted(run_dir.glob("*.net.pcap")):
-        conns = {}
-        for src, sport, dst, dport, payload, vlan in pcap_tcp_payloads(pcap, with_vlan=True):
-            msg = clc_fields(payload)
-            if msg is None:
-                continue
-            # The client is the side that sends the proposal and the confirm.
-            if msg["kind"] in ("proposal", "confirm"):
-                conn = f"{src}:{sport}>{dst}:{dport}"
-            else:
-                conn = f"{dst}:{dport}>{src}:{sport}"
-            conns.setdefault(conn, {"vlan": vlan})[msg["kind"]] = msg
+        conns = capture_handshakes(pcap)
         if conns:
             return conns
     return {}
+
+
+def capture_handshakes(pcap):
+    """clc_handshakes of one capture alone (make topologies' multi case reads every
+    guest's)."""
+    conns = {}
+    for src, sport, dst, dport, payload, vlan in pcap_tcp_payloads(pcap, with_vlan=True):
+        msg = clc_fields(payload)
+        if msg is None:
+            continue
+        # The client is the side that sends the proposal and the confirm.
+        if msg["kind"] in ("proposal", "confirm"):
+            conn = f"{src}:{sport}>{dst}:{dport}"
+        else:
+            conn = f"{dst}:{dport}>{src}:{sport}"
+        conns.setdefault(conn, {"vlan": vlan})[msg["kind"]] = msg
+    return conns
 
 
 def versions_of(handshakes):

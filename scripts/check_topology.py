@@ -15,6 +15,10 @@ version, the CHIDs offered and accepted, the mode and the decline reason if any.
         With --guest-line (the mixed-line cases: two guests of different kernel lines on
         one emulator) also the SMC release each side speaks and what it does to the CLC
         accept and confirm (mixed_release, clc_lengths).
+  multi the multi case (guest-tests/progs/smcmulti): four guests, each with a function
+        on both emulators, each serving and streaming to two others at once, all to port
+        12350 (check_multi: every connection against the kernel's choice, on the wire of
+        every capture, in the guests and in each emulator's DMBs).
   e2e   the v1 and vlan cases: scripts/check_e2e.py's verdict (--status) on the run,
         summed up from the same capture and consoles.
 
@@ -242,6 +246,7 @@ def read_emulator(d):
     events = [json.loads(x) for x in (d / "events.jsonl").read_text().splitlines() if x.strip()]
     return {"chid": int(snap["chid"], 16),
             "gids": {int(f["gid"], 16): f["name"] for f in snap["functions"]},
+            "dmbs": snap.get("dmbs", []),
             "moves": sum(int(f.get("counters", {}).get("moves_out", 0)) for f in snap["functions"]),
             "events": events}
 
@@ -447,6 +452,237 @@ def chid_line(case, errors, phases, host, clc=None):
             f"host {host}")
 
 
+# ---- the multi case ------------------------------------------------------------------
+MULTI_PORT = 12350   # smcmulti's
+
+
+def conn_key(c):
+    """The wire's key (client ip:port>server ip:port) of one smctest CONN line."""
+    return f"{c.get('local')}>{c.get('peer')}" if c.get("side") == "client" else f"{c.get('peer')}>{c.get('local')}"
+
+
+def read_functions(path):
+    """[(emulator, function)] of one guest, in its functions' order (guest_start's
+    NAME.function: "A/ism0 B/ism0")."""
+    try:
+        words = path.read_text().split()
+    except OSError:
+        return []
+    return [tuple(w.split("/", 1)) for w in words if "/" in w]
+
+
+def busy_intervals(emu):
+    """[(opened_us, closed_us)] of every connection the emulator saw on one of its DMBs
+    (events conn_opened and conn_closed; a connection still open at the end: its last
+    event's time)."""
+    last = max((e.get("time_us", 0) for e in emu["events"]), default=0)
+    open_, out = {}, []
+    for e in emu["events"]:
+        key = (e.get("function"), e.get("token"), e.get("conn"))
+        if e.get("kind") == "conn_opened":
+            open_[key] = e.get("time_us", 0)
+        elif e.get("kind") == "conn_closed" and key in open_:
+            out.append((open_.pop(key), e.get("time_us", 0)))
+    return out + [(t, last) for t in open_.values()]
+
+
+def overlap_us(a, b):
+    """The longest time one connection of intervals a ran while one of b did (0: never)."""
+    return max((min(x1, y1) - max(x0, y0) for x0, x1 in a for y0, y1 in b), default=0)
+
+
+def check_multi(guests, emulators, captures, ips, streams, conns):
+    """(errors, summary) of the multi case.
+
+    guests: {name: read_guest, plus "functions": read_functions}; emulators: {name:
+    read_emulator}; captures: {capture name: check_e2e.capture_handshakes}; ips: {guest:
+    address}; streams: [(client, server)] the guests ran; conns: connections per stream.
+
+    For every connection on the wire (port MULTI_PORT): its client and server from the
+    addresses; the CHIDs the client offers (offer_order of its registration order, the
+    kernel's smc_find_ism_v2_device_clnt) and the one the server must take (server_choice:
+    af_smc.c smc_find_ism_v2_device_serv, the first offered CHID it has). Then
+      the wire:   every capture that has the connection shows that offer and an SMC-Dv2
+                  accept and confirm naming that CHID, both captures of its own two guests
+                  have it; the accept's GID is the server's function on the emulator of
+                  that CHID, the confirm's the client's (and the proposal's entry for it);
+      the guests: both sides' CONN lines SMC-D with verified bytes, the same checksum, and
+                  the GIDs and DMB tokens the CLC messages named;
+      the host:   the DMB each side named (accept: the server's GID and token; confirm: the
+                  client's) is in the snapshot of the emulator whose CHID the wire
+                  accepted, owned by that function, its rgid the other side's GID; and no
+                  DMB in any snapshot is left unexplained by a connection accepted on its
+                  emulator's CHID (a DMB between two guests on the other emulator is one).
+    Besides: each stream made `conns` connections, each emulator's DMBs counted two
+    connections (one per side) for each connection on its CHID, and the two emulators
+    carried connections at the same time (their events' open intervals overlap).
+    """
+    errors = []
+    by_ip = {ip: name for name, ip in ips.items()}
+    emu_of_chid = {emu["chid"]: name for name, emu in emulators.items()}
+    # Which guest owns a GID, by the functions guest_start gave it.
+    gid_owner = {}
+    for g, v in guests.items():
+        for emu_name, fn in v.get("functions", []):
+            emu = emulators.get(emu_name)
+            for gid, f in (emu or {}).get("gids", {}).items():
+                if f == fn:
+                    gid_owner[gid] = (g, emu_name, fn)
+    # The wire: every capture's view of each connection to the case's port.
+    seen = {}
+    for cap, hs in sorted(captures.items()):
+        for conn, msgs in hs.items():
+            if port_of(conn) == MULTI_PORT:
+                seen.setdefault(conn, {})[cap] = msgs
+    guest_conns = {}
+    for g, v in guests.items():
+        for c in v["conns"]:
+            guest_conns.setdefault(conn_key(c), {})[c.get("side")] = c
+    explained, per_stream, offered_by, per_chid = set(), {}, {}, {}
+    modes = []
+    for conn, views in sorted(seen.items()):
+        client = by_ip.get(conn.split(">")[0].rsplit(":", 1)[0])
+        server = by_ip.get(conn.split(">")[1].rsplit(":", 1)[0])
+        if client is None or server is None or (client, server) not in streams:
+            errors.append(f"{conn}: no stream of the case ({client}->{server})")
+            continue
+        where = f"{client}->{server} {conn}"
+        cg, sg = guests[client], guests[server]
+        if not cg["registered"]:
+            errors.append(f"{where}: guest {client} printed no SMCDEV lines (smc's registration order)")
+        offered = offer_order(cg["registered"], cg["pchids"])
+        offered_by[client] = offered
+        want = server_choice(offered, set(sg["pchids"].values()))
+        if want is None:
+            errors.append(f"{where}: {server} has none of the CHIDs {hexlist(offered)} {client} offers")
+            continue
+        for g in (client, server):
+            if g not in views:
+                errors.append(f"{where}: not in {g}'s own capture")
+        acc = conf = prop = None
+        for cap, msgs in sorted(views.items()):
+            p, a, c = msgs.get("proposal"), msgs.get("accept"), msgs.get("confirm")
+            got = [ch for _, ch in p.get("v2_gidchids", [])] if p else None
+            if p and got != offered:
+                errors.append(f"{where} ({cap}'s capture): the proposal offered CHIDs {hexlist(got)}, "
+                              f"the kernel's order is {hexlist(offered)}")
+            if a and (a.get("version") != 2 or a.get("chid") != want):
+                errors.append(f"{where} ({cap}'s capture): accept v{a.get('version')} CHID "
+                              f"{a.get('chid', 0):#06x}, the kernel's choice is v2 {want:#06x}")
+            if "decline" in msgs:
+                errors.append(f"{where} ({cap}'s capture): a decline "
+                              f"({reason_name(msgs['decline'].get('diagnosis', 0))})")
+            for kind, m, have in (("proposal", p, prop), ("accept", a, acc), ("confirm", c, conf)):
+                if m and have and {k: v for k, v in m.items() if k != "length"} != \
+                        {k: v for k, v in have.items() if k != "length"}:
+                    errors.append(f"{where}: the captures differ on the {kind}")
+            prop, acc, conf = prop or p, acc or a, conf or c
+        if not acc or not conf:
+            errors.append(f"{where}: no {'accept' if not acc else 'confirm'} on the wire")
+            continue
+        per_chid.setdefault(acc.get("chid"), []).append(conn)
+        per_stream.setdefault((client, server), []).append(bool(acc.get("first_contact")))
+        emu_name = emu_of_chid.get(want)
+        sgid, stok, cgid, ctok = acc.get("gid"), acc.get("token"), conf.get("gid"), conf.get("token")
+        for side, g, gid in (("server", server, sgid), ("client", client, cgid)):
+            owner = gid_owner.get(gid)
+            if owner is None or owner[0] != g or owner[1] != emu_name:
+                errors.append(f"{where}: the {side}'s CLC GID {gid or 0:#018x} is "
+                              f"{'no function of the guests' if owner is None else f'{owner[0]} {owner[1]}/{owner[2]}'}"
+                              f", expected {g}'s function on emulator {emu_name} (CHID {want:#06x})")
+        if conf.get("chid") not in (None, want):
+            errors.append(f"{where}: the confirm names CHID {conf.get('chid'):#06x}, the accept {want:#06x}")
+        if prop and (cgid, want) not in [tuple(x) for x in prop.get("v2_gidchids", [])]:
+            errors.append(f"{where}: the confirm's GID {cgid or 0:#018x} is not the proposal's for CHID {want:#06x}")
+        # The guests.
+        ends = guest_conns.get(conn, {})
+        for side, gid, tok, pgid in (("client", cgid, ctok, sgid), ("server", sgid, stok, cgid)):
+            c = ends.get(side)
+            if c is None:
+                errors.append(f"{where}: no CONN line of the {side}")
+                continue
+            modes.append(c.get("mode"))
+            if c.get("verify") != "ok":
+                errors.append(f"{where} {side}: its bytes did not verify")
+            if c.get("mode") != "SMCD":
+                errors.append(f"{where} {side}: mode {c.get('mode')} (reason {c.get('reason', '-')}), expected SMCD")
+                continue
+            got = (int(c.get("my_gid", "0"), 16), int(c.get("token", "0"), 16), int(c.get("peer_gid", "0"), 16))
+            if got != (gid, tok, pgid):
+                errors.append(f"{where} {side}: sock_diag says GID {got[0]:#x} DMB {got[1]:#x} peer {got[2]:#x}, "
+                              f"the CLC named GID {gid or 0:#x} DMB {tok or 0:#x} peer {pgid or 0:#x}")
+        if "client" in ends and "server" in ends and \
+                (ends["client"].get("bytes"), ends["client"].get("checksum")) != \
+                (ends["server"].get("bytes"), ends["server"].get("checksum")):
+            errors.append(f"{where}: the client's bytes/checksum differ from the server's")
+        # The host: each side's DMB on the chosen emulator.
+        emu = emulators.get(emu_name)
+        if emu is None:
+            errors.append(f"{where}: no snapshot of emulator {emu_name} (CHID {want:#06x})")
+            continue
+        for side, gid, tok, rgid in (("server", sgid, stok, cgid), ("client", cgid, ctok, sgid)):
+            d = [x for x in emu["dmbs"] if int(x.get("gid", "0"), 16) == gid and int(x.get("token", "0"), 16) == tok]
+            if not d:
+                errors.append(f"{where}: emulator {emu_name} has no DMB {tok or 0:#x} of the {side}'s GID {gid or 0:#x}")
+                continue
+            if int(d[0].get("rgid", "0"), 16) != rgid or d[0].get("function") != emu["gids"].get(gid):
+                errors.append(f"{where}: the {side}'s DMB {tok:#x} on {emu_name} is {d[0].get('function')}'s "
+                              f"with rgid {d[0].get('rgid')}, expected {emu['gids'].get(gid)}'s with {rgid or 0:#x}")
+            explained.add((emu_name, gid, tok))
+    for (client, server) in streams:
+        got = per_stream.get((client, server), [])
+        if len(got) != conns:
+            errors.append(f"{client}->{server}: {len(got)} connections on the wire, the guests made {conns}")
+        # smc_core.c smc_conn_create: a connection joins the link group of its device and
+        # peer GID (smcd_lgr_match); each stream is alone on its pair of functions and
+        # smcmulti makes its first connection alone, so exactly one first contact.
+        firsts = sum(1 for f in got if f)
+        if got and firsts != 1:
+            errors.append(f"{client}->{server}: {firsts} first contacts among its {len(got)} accepts, expected 1")
+    # The host: every DMB is one a connection accepted on its emulator's CHID named.
+    for name, emu in sorted(emulators.items()):
+        for d in emu["dmbs"]:
+            gid, tok, rgid = int(d.get("gid", "0"), 16), int(d.get("token", "0"), 16), int(d.get("rgid", "0"), 16)
+            if (name, gid, tok) in explained:
+                continue
+            own, peer = gid_owner.get(gid, ("?",)), gid_owner.get(rgid, ("?",))
+            errors.append(f"DMB {tok:#x} on emulator {name} (CHID {emu['chid']:#06x}) of {own[0]} with peer "
+                          f"{peer[0]}: no connection the wire accepted on that CHID named it (GID and token)")
+        want = 2 * len(per_chid.get(emu["chid"], []))
+        got = sum(int(d.get("connections", 0)) for d in emu["dmbs"])
+        if got != want:
+            errors.append(f"emulator {name} (CHID {emu['chid']:#06x}): its DMBs carried {got} connection ends, "
+                          f"the wire accepted {want // 2} connections on it (two ends each)")
+    names = sorted(emulators)
+    both = overlap_us(busy_intervals(emulators[names[0]]), busy_intervals(emulators[names[1]])) \
+        if len(names) == 2 else 0
+    if both <= 0:
+        errors.append("the emulators never carried connections at the same time")
+    summary = {"offered": offered_by, "per_chid": per_chid, "modes": modes, "overlap_us": max(both, 0),
+               "accepted": {}}
+    for conn, views in seen.items():
+        msgs = next(iter(views.values()))
+        key = (by_ip.get(conn.split(">")[0].rsplit(":", 1)[0]), by_ip.get(conn.split(">")[1].rsplit(":", 1)[0]))
+        summary["accepted"].setdefault(key, []).append((msgs.get("accept") or {}).get("chid"))
+    return errors, summary
+
+
+def multi_line(case, errors, summary, emulators):
+    """The multi case's one line."""
+    offered = " ".join(f"{g} {hexlist(o)}" for g, o in sorted(summary["offered"].items()))
+    accepted = " ".join(f"{c}>{s} {hexlist(sorted(set(x for x in v if x is not None)))} x{len(v)}"
+                        for (c, s), v in sorted(summary["accepted"].items(), key=lambda kv: str(kv[0])))
+    modes = summary["modes"]
+    mode = "/".join(f"{'SMC-D' if m == 'SMCD' else 'TCP' if m == 'FALLBACK' else m} {modes.count(m)}"
+                    for m in sorted(set(modes), key=str)) or "none"
+    host = ", ".join(f"{n} {e['chid']:#06x} {len(e['dmbs'])} DMBs "
+                     f"{sum(int(d.get('connections', 0)) for d in e['dmbs'])} conn ends"
+                     for n, e in sorted(emulators.items()))
+    return (f"{case:<10} {'as expected' if not errors else 'NOT as expected'}: version v2; "
+            f"CHIDs offered {offered}; accepted {accepted}; mode {mode} (connection ends); decline none; "
+            f"host {host}; both CHIDs at once {summary['overlap_us'] / 1e6:.1f} s")
+
+
 # ---- the v1 and vlan cases (check_e2e.py decided) -------------------------------------
 def e2e_line(case, ok, handshakes, guests):
     versions = sorted({f"{port_of(c)}:v{m['accept']['version']}" for c, m in handshakes.items() if "accept" in m})
@@ -469,7 +705,7 @@ def e2e_line(case, ok, handshakes, guests):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("kind", choices=("chid", "e2e"))
+    ap.add_argument("kind", choices=("chid", "multi", "e2e"))
     ap.add_argument("--case", required=True)
     ap.add_argument("--run-dir", required=True, type=pathlib.Path)
     ap.add_argument("--emulator", action="append", default=[], metavar="NAME",
@@ -479,6 +715,10 @@ def main():
                     help="chid: both guests have loopback-ism and ran smcchid's self phase")
     ap.add_argument("--guest-line", action="append", default=[], metavar="GUEST=LINE",
                     help="chid: the kernel line of guest GUEST (both guests: the mixed-line checks)")
+    ap.add_argument("--guest", action="append", default=[], metavar="NAME=IP",
+                    help="multi: a guest and its address (repeat)")
+    ap.add_argument("--stream", action="append", default=[], metavar="CLIENT>SERVER",
+                    help="multi: a guest streamed to another (repeat); --conns connections each")
     ap.add_argument("--status", type=int, default=0, help="e2e: check_e2e.py's exit status")
     ap.add_argument("--line", type=pathlib.Path, help="also write the one line here")
     args = ap.parse_args()
@@ -489,6 +729,8 @@ def main():
         handshakes, capture_error = {}, f"cannot read the capture: {e}"
     else:
         capture_error = None
+    if args.kind == "multi":
+        return main_multi(args, guests)
     if args.kind == "e2e":
         ok = args.status == 0 and capture_error is None
         line, errors = e2e_line(args.case, ok, handshakes, guests), [capture_error] if capture_error else []
@@ -526,6 +768,39 @@ def main():
     if args.line:
         args.line.write_text(line + "\n")
     return 0 if not errors and (args.kind == "chid" or args.status == 0) else 1
+
+
+def main_multi(args, guests):
+    errors, emulators, captures = [], {}, {}
+    for name in args.emulator:
+        try:
+            emulators[name] = read_emulator(args.run_dir / name)
+        except (OSError, ValueError, KeyError) as e:
+            errors.append(f"emulator {name}: {e}")
+    for g, v in guests.items():
+        v["functions"] = read_functions(args.run_dir / f"{g}.function")
+        if not v["passed"]:
+            errors.append(f"guest {g}: its program did not pass (ISMTEST: RESULT)")
+    for pcap in sorted(args.run_dir.glob("*.net.pcap")):
+        try:
+            captures[pcap.name.split(".")[0]] = check_e2e.capture_handshakes(pcap)
+        except (OSError, ValueError) as e:
+            errors.append(f"cannot read the capture {pcap.name}: {e}")
+    ips = dict(x.split("=", 1) for x in args.guest)
+    streams = [tuple(x.split(">", 1)) for x in args.stream]
+    if len(emulators) != 2:
+        errors.append(f"{len(emulators)} emulators' snapshots, the case has 2")
+        line = f"{args.case:<10} NOT as expected: no verdict"
+    else:
+        more, summary = check_multi(guests, emulators, captures, ips, streams, args.conns)
+        errors += more
+        line = multi_line(args.case, errors, summary, emulators)
+    print(line)
+    for e in errors:
+        print(f"  {args.case}: {e}")
+    if args.line:
+        args.line.write_text(line + "\n")
+    return 0 if not errors else 1
 
 
 if __name__ == "__main__":

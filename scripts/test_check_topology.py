@@ -368,5 +368,121 @@ class Loopback(unittest.TestCase):
         self.assertTrue(any("differ from the server's" in e for e in errors), errors)
 
 
+class Multi:
+    """A multi case's run, as check_multi reads it: guest a with functions A/ism0 (uid 2)
+    and B/ism0, guest c with B/ism1 (uid 2) and A/ism1, smc's registration order the
+    reverse of the uids (as 6.12 printed it); streams a->c and c->a, `conns` connections
+    each, the first a first contact. The kernel's choice: a offers A first and c has it,
+    c offers B first. `wire`: {stream: CHID} the accept names instead; `host`: {stream:
+    emulator} whose functions carry its DMBs instead; `mode`: a side's mode instead of
+    SMCD; `overlap`: whether the emulators' connections overlap in time."""
+
+    IPS = {"a": "10.0.0.1", "c": "10.0.0.3"}
+    FNS = {"a": [("A", "ism0"), ("B", "ism0")], "c": [("B", "ism1"), ("A", "ism1")]}
+    STREAMS = [("a", "c"), ("c", "a")]
+
+    def __init__(self, conns=2, wire=None, host=None, mode=None, overlap=True, firsts=1):
+        wire, host = wire or {}, host or {}
+        chids = {"A": A, "B": B}
+        self.emulators = {n: {"chid": chids[n], "gids": {gid(chids[n], i): f"ism{i}" for i in range(2)},
+                              "dmbs": [], "events": []} for n in ("A", "B")}
+        self.guests = {}
+        for g, fns in self.FNS.items():
+            pcis = {F2: chids[fns[0][0]], F3: chids[fns[1][0]]}
+            self.guests[g] = {"pchids": pcis, "registered": [F3, F2], "conns": [], "passed": True,
+                              "functions": fns}
+        self.captures = {"a": {}, "c": {}}
+        t = {"A": 0, "B": 5}   # the emulators' first connection opens at t (s)
+        for k, (client, server) in enumerate(self.STREAMS):
+            want = {"a": A, "c": B}[client]
+            chid = wire.get((client, server), want)
+            emu = host.get((client, server), "A" if chid == A else "B")
+            cgid, sgid = (gid(chids[emu], int(dict(self.FNS[g])[emu][3:])) for g in (client, server))
+            wgid = {g: gid(chid, int(dict(self.FNS[g])["A" if chid == A else "B"][3:])) for g in (client, server)}
+            ctok, stok = 0x1000 * (k + 1), 0x1000 * (k + 1) + 1
+            offer = [(gid(chids[e], int(f[3:])), chids[e]) for e, f in self.FNS[client]]
+            for i in range(conns):
+                key = f"{self.IPS[client]}:{40000 + 10 * k + i}>{self.IPS[server]}:{ct.MULTI_PORT}"
+                acc = check_e2e.clc_fields(accept_confirm(2, 2, wgid[server], stok, chid=chid))
+                acc["first_contact"] = i < firsts
+                conf = check_e2e.clc_fields(accept_confirm(3, 2, wgid[client], ctok, chid=chid))
+                msgs = {"vlan": None, "proposal": check_e2e.clc_fields(proposal_v2(offer)), "accept": acc,
+                        "confirm": conf}
+                for cap in self.captures.values():
+                    cap[key] = msgs
+                lc, ls = key.split(">")
+                for side, g, local, peer, my, tok, pg in (("client", client, lc, ls, wgid[client], ctok, wgid[server]),
+                                                          ("server", server, ls, lc, wgid[server], stok, wgid[client])):
+                    self.guests[g]["conns"].append({
+                        "side": side, "local": local, "peer": peer, "mode": (mode or {}).get((key, side), "SMCD"),
+                        "verify": "ok", "my_gid": hex(my), "token": hex(tok), "peer_gid": hex(pg),
+                        "bytes": "100", "checksum": "0x1"})
+            for g_, tok, rg in ((cgid, ctok, sgid), (sgid, stok, cgid)):
+                fn = self.emulators[emu]["gids"][g_]
+                self.emulators[emu]["dmbs"].append({"function": fn, "gid": hex(g_), "token": hex(tok),
+                                                    "rgid": hex(rg), "connections": conns})
+                start = t[emu] if overlap else 100 * k
+                self.emulators[emu]["events"] += [
+                    {"kind": "conn_opened", "function": fn, "token": hex(tok), "conn": 1, "time_us": start * 10**6},
+                    {"kind": "conn_closed", "function": fn, "token": hex(tok), "conn": 1,
+                     "time_us": (start + 10) * 10**6}]
+
+    def check(self):
+        return ct.check_multi(self.guests, self.emulators, self.captures, self.IPS, self.STREAMS, 2)
+
+
+class MultiCase(unittest.TestCase):
+    def test_each_client_takes_its_first_chid(self):
+        run = Multi()
+        errors, summary = run.check()
+        self.assertEqual(errors, [])
+        self.assertEqual(summary["offered"], {"a": [A, B], "c": [B, A]})
+        self.assertEqual(sorted(summary["per_chid"]), [A, B])
+        line = ct.multi_line("multi", errors, summary, run.emulators)
+        self.assertIn("multi      as expected: version v2; CHIDs offered a 0x1234,0x5678 c 0x5678,0x1234; "
+                      "accepted a>c 0x1234 x2 c>a 0x5678 x2; mode SMC-D 8", line)
+        self.assertIn("both CHIDs at once 5.0 s", line)
+
+    def test_dmbs_on_the_wrong_chid_fail(self):
+        # The wire accepted A for a->c, the host carried its DMBs on B's functions.
+        errors, _ = Multi(host={("a", "c"): "B"}).check()
+        self.assertTrue(any("emulator A has no DMB 0x1001 of the server's GID" in e for e in errors), errors)
+        self.assertTrue(any("on emulator B (CHID 0x5678) of a with peer c: no connection the wire accepted"
+                            in e for e in errors), errors)
+        self.assertTrue(any("emulator B (CHID 0x5678): its DMBs carried 8 connection ends, the wire accepted 2"
+                            in e for e in errors), errors)
+
+    def test_an_accept_on_the_other_chid_fails(self):
+        errors, _ = Multi(wire={("a", "c"): B}).check()
+        self.assertTrue(any("accept v2 CHID 0x5678, the kernel's choice is v2 0x1234" in e for e in errors), errors)
+
+    def test_a_fallback_fails(self):
+        key = f"10.0.0.3:40011>10.0.0.1:{ct.MULTI_PORT}"
+        errors, _ = Multi(mode={(key, "server"): "FALLBACK"}).check()
+        self.assertTrue(any("server: mode FALLBACK" in e and "expected SMCD" in e for e in errors), errors)
+
+    def test_streams_one_after_the_other_fail(self):
+        errors, _ = Multi(overlap=False).check()
+        self.assertIn("the emulators never carried connections at the same time", errors)
+
+    def test_a_second_first_contact_fails(self):
+        errors, _ = Multi(firsts=2).check()
+        self.assertTrue(any("a->c: 2 first contacts among its 2 accepts, expected 1" in e for e in errors), errors)
+
+    def test_a_missing_connection_fails(self):
+        run = Multi()
+        for cap in run.captures.values():
+            del cap[next(iter(cap))]
+        errors, _ = run.check()
+        self.assertTrue(any("a->c: 1 connections on the wire, the guests made 2" in e for e in errors), errors)
+
+    def test_a_capture_that_differs_fails(self):
+        run = Multi()
+        key = next(iter(run.captures["c"]))
+        run.captures["c"][key] = dict(run.captures["c"][key], accept=dict(run.captures["c"][key]["accept"], chid=B))
+        errors, _ = run.check()
+        self.assertTrue(any("(c's capture): accept v2 CHID 0x5678" in e for e in errors), errors)
+
+
 if __name__ == "__main__":
     unittest.main()

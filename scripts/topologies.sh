@@ -20,13 +20,22 @@
 #              two (5.10/6.1: 0, 6.12+: 1), so the one first contact's accept and confirm
 #              are 114 bytes, not 6.12+'s 130 (check_topology.py mixed_release)
 #   mixed-612-73  the same between two release-1 lines: 130 bytes (the check's control)
+#   multi      a multi-function emulator under load: emulators A and B with 4 functions
+#              each, guests a b c d (10.0.0.1-4) each with one function of each, a and b
+#              in the order A,B, c and d in B,A, on one network (a multicast hub); each
+#              guest serves and streams to the next two (a->b,c b->c,d c->d,a d->a,b):
+#              one connection (the link group's first contact), then MULTI_CONNS at once
+#              (default 2), each of MULTI_BYTES (2M),
+#              every guest at the same time: the clients a and b take one CHID, c and d
+#              the other, both carry streams at once (check_topology.py multi)
 #   loopback   6.12 guests with loopback-ism beside an ISM function (VARIANT=loopback),
 #              one function each on emulator A: each guest's connections to itself first
 #              (smcchid self) take loopback-ism, the host sees none of them; then b->a
 #              and a->b offer loopback-ism first but take the ISM CHID (the peer's
 #              loopback GID is never reachable)
 # Environment: KERNEL, VARIANT (default 6.12, stock; the mixed cases take their lines
-# from their names, in VARIANT), CHID_A and CHID_B (0x1234, 0x5678),
+# from their names, in VARIANT), CHID_A and CHID_B (0x1234, 0x5678), MULTI_CONNS and
+# MULTI_BYTES (the multi case's connections per stream and bytes each: 2, 2M),
 # TOPO_DIR (logs, default build/topologies), GUEST_TIMEOUT (s, default 600),
 # TOPO_PRINT_LINES=1 (print the other kernels the cases need, LINE:VARIANT, run nothing).
 # Exit status: 0 if every case was as expected, 1 if not, 2 on a usage error.
@@ -34,7 +43,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
 ALL_CASES=(v1 vlan chid-both chid-one chid-none mixed-510-73 mixed-73-510 mixed-61-612 mixed-612-61 mixed-612-73
-    loopback)
+    loopback multi)
 help_and_no_options "$@"
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=("${ALL_CASES[@]}")
@@ -101,6 +110,50 @@ run_chid() {
     return "$rc"
 }
 
+# run_multi: the multi case. Emulators A and B with 4 functions each; guest i of a b c d
+# (10.0.0.i) has function ism<i-1> of each, a and b A's first, c and d B's first; all on
+# one multicast hub (a group port of this process's own, so that two runs on one host do
+# not share frames). Each runs smcmulti: a server for the two guests before it in the
+# ring, clients to the two after it (1 + MULTI_CONNS connections each). Then each emulator's snapshot, its clean stop, and
+# check_topology.py multi's line.
+MULTI_GUESTS=(a b c d)
+MULTI_CONNS="${MULTI_CONNS:-2}"
+MULTI_BYTES="${MULTI_BYTES:-2M}"
+run_multi() {
+    local rc=0 st e i d n=${#MULTI_GUESTS[@]} g spec peers streams=() gargs=() mcast
+    mcast="230.0.39.1:$((40000 + $$ % 20000))"
+    emu_start_named A "$CHID_A" "$n"
+    emu_start_named B "$CHID_B" "$n"
+    for ((i = 0; i < n; i++)); do
+        g="${MULTI_GUESTS[i]}"
+        if [ "$i" -lt 2 ]; then
+            spec="$A/ism$i.sock,chid=$CHID_A|$B/ism$i.sock,chid=$CHID_B"
+        else
+            spec="$B/ism$i.sock,chid=$CHID_B|$A/ism$i.sock,chid=$CHID_A"
+        fi
+        peers=()
+        gargs+=(--guest "$g=10.0.0.$((i + 1))")
+        for d in 1 2; do
+            peers+=("10.0.0.$(((i + d) % n + 1))")
+            streams+=(--stream "$g>${MULTI_GUESTS[(i + d) % n]}")
+        done
+        GUEST_NET_MCAST="$mcast" GUEST_MAC="52:54:00:39:00:0$((i + 1))" \
+            guest_start "$g" "$spec" "10.0.0.$((i + 1))/24" off \
+            smcmulti "$MULTI_CONNS" "$MULTI_BYTES" $((2 * (MULTI_CONNS + 1))) "${peers[@]}"
+    done
+    for g in "${MULTI_GUESTS[@]}"; do guest_wait "$g" || rc=1; done
+    for e in A B; do
+        observe_named "$e" json >"$RUN_DIR/$e/snapshot.json" 2>>"$RUN_DIR/$e/emulator.log" || rc=1
+        emu_stop_named "$e" && st=0 || st=$?
+        record_check "emulator_${e}_clean_shutdown" "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
+    done
+    topo_cleanup
+    python3 "$REPO_ROOT/scripts/check_topology.py" multi --case multi --run-dir "$RUN_DIR" \
+        --emulator=A --emulator=B --conns $((MULTI_CONNS + 1)) "${streams[@]}" "${gargs[@]}" --line "$RUN_DIR/line" >"$RUN_DIR/check.txt" || rc=1
+    grep '^  ' "$RUN_DIR/check.txt" || true
+    return "$rc"
+}
+
 # run_v1_case CASE [VLAN]: e2e.sh's run_v1, held to V1_EXPECT by check_e2e.py, in one line.
 run_v1_case() {
     local case="$1" vlan="${2:-}" rc=0 st
@@ -147,6 +200,7 @@ for c in "${cases[@]}"; do
             run_chid "$c" "" 2 0 "$A/ism0.sock,chid=$CHID_A" "$A/ism1.sock,chid=$CHID_A" "$la" "$lb" || rc=1 ;;
         loopback) KERNEL="$LOOPBACK_KERNEL" VARIANT=loopback run_chid "$c" self 2 0 \
             "$A/ism0.sock,chid=$CHID_A" "$A/ism1.sock,chid=$CHID_A" || rc=1 ;;
+        multi) run_multi || rc=1 ;;
     esac
     [ -s "$RUN_DIR/line" ] || printf '%-10s NOT as expected: no verdict (logs: %s)\n' "$c" "$RUN_DIR" >"$RUN_DIR/line"
     # A line that says "as expected" with a failed run (a guest, an emulator's shutdown) is not.

@@ -133,7 +133,9 @@ observe_named() { local n="$1"; shift; "$EMU_BIN" observe --control "$RUN_DIR/$n
 # CPUs through it).
 # Optional, from the environment: GUEST_NET (the link's socket, default RUN_DIR/net.sock:
 # a link joins exactly one listening and one connecting guest, so more pairs need one
-# each), GUEST_MEM and GUEST_SMP (run-guest.sh's --mem and --smp), GUEST_APPEND_EXTRA
+# each), GUEST_NET_MCAST (GROUP:PORT instead: a hub on a UDP multicast group, any number
+# of guests, run-guest.sh --net-mcast; NET_SERVER is then unused) with GUEST_MAC (this
+# guest's MAC, unique on the hub), GUEST_MEM and GUEST_SMP (run-guest.sh's --mem and --smp), GUEST_APPEND_EXTRA
 # (more kernel parameters, e.g. ismtest.verbose=1), GUEST_LINE (this guest's kernel line
 # instead of KERNEL, same VARIANT: `GUEST_LINE=5.10 guest_start a ...`; its kernel and
 # initramfs must be built, check_artefacts LINE).
@@ -147,12 +149,17 @@ observe_named() { local n="$1"; shift; "$EMU_BIN" observe --control "$RUN_DIR/$n
 # -global for each guest's QEMU (e.g. vfio-user-pci.x-recv-inline=off).
 guest_start() {
     local name="$1" sock="$2" ip="$3" net_server="$4"; shift 4
-    local run size=() dump=() isms=() specs=() spec fns=() fn
+    local run size=() dump=() isms=() specs=() spec fns=() fn net=()
     [ "${GUEST_PCAP:-on}" = off ] ||
         dump=(-object "filter-dump,id=netdump0,netdev=net0,maxlen=512,file=$RUN_DIR/$name.net.pcap")
     run="$(IFS=+; echo "$*")"
     [ -z "${GUEST_MEM:-}" ] || size+=(--mem "$GUEST_MEM")
     [ -z "${GUEST_SMP:-}" ] || size+=(--smp "$GUEST_SMP")
+    if [ -n "${GUEST_NET_MCAST:-}" ]; then
+        net=(--net-mcast "$GUEST_NET_MCAST" ${GUEST_MAC:+--mac "$GUEST_MAC"})
+    else
+        net=(--net-socket "${GUEST_NET:-$RUN_DIR/net.sock}" --net-server "$net_server" ${GUEST_MAC:+--mac "$GUEST_MAC"})
+    fi
     # The emulated functions this guest gets (emu_start serves ismN.sock as function ismN;
     # one of emu_start_named NAME's is NAME/ismN): check_e2e.py compares the guest's view
     # of its function (/sys/class/dibs) with the host's. An empty ISM_SOCKET: no ISM
@@ -169,7 +176,7 @@ guest_start() {
         --kernel "$(guest_kernel "${GUEST_LINE:-$KERNEL}")" \
         --initrd "$(guest_initrd "${GUEST_LINE:-$KERNEL}")" --append "$append" \
         ${isms[@]+"${isms[@]}"} --chid "$CHID" \
-        --net-socket "${GUEST_NET:-$RUN_DIR/net.sock}" --net-server "$net_server" "${size[@]}" \
+        "${net[@]}" ${size[@]+"${size[@]}"} \
         --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
         --pidfile "$RUN_DIR/$name.qemu.pid" \
         -- ${dump[@]+"${dump[@]}"} \
