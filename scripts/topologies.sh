@@ -25,7 +25,7 @@
 #              in the order A,B, c and d in B,A, on one network (a multicast hub); each
 #              guest serves and streams to the next two (a->b,c b->c,d c->d,a d->a,b):
 #              one connection (the link group's first contact), then MULTI_CONNS at once
-#              (default 2), each of MULTI_BYTES (2M),
+#              (default 4), each of MULTI_BYTES (8M),
 #              every guest at the same time: the clients a and b take one CHID, c and d
 #              the other, both carry streams at once (check_topology.py multi)
 #   loopback   6.12 guests with loopback-ism beside an ISM function (VARIANT=loopback),
@@ -35,7 +35,7 @@
 #              loopback GID is never reachable)
 # Environment: KERNEL, VARIANT (default 6.12, stock; the mixed cases take their lines
 # from their names, in VARIANT), CHID_A and CHID_B (0x1234, 0x5678), MULTI_CONNS and
-# MULTI_BYTES (the multi case's connections per stream and bytes each: 2, 2M),
+# MULTI_BYTES (the multi case's concurrent connections per stream and bytes each: 4, 8M),
 # TOPO_DIR (logs, default build/topologies), GUEST_TIMEOUT (s, default 600),
 # TOPO_PRINT_LINES=1 (print the other kernels the cases need, LINE:VARIANT, run nothing).
 # Exit status: 0 if every case was as expected, 1 if not, 2 on a usage error.
@@ -114,11 +114,11 @@ run_chid() {
 # (10.0.0.i) has function ism<i-1> of each, a and b A's first, c and d B's first; all on
 # one multicast hub (a group port of this process's own, so that two runs on one host do
 # not share frames). Each runs smcmulti: a server for the two guests before it in the
-# ring, clients to the two after it (1 + MULTI_CONNS connections each). Then each emulator's snapshot, its clean stop, and
-# check_topology.py multi's line.
+# ring, clients to the two after it (1 + MULTI_CONNS connections each). Then each
+# emulator's snapshot, its clean stop, and check_topology.py multi's line.
 MULTI_GUESTS=(a b c d)
-MULTI_CONNS="${MULTI_CONNS:-2}"
-MULTI_BYTES="${MULTI_BYTES:-2M}"
+MULTI_CONNS="${MULTI_CONNS:-4}"
+MULTI_BYTES="${MULTI_BYTES:-8M}"
 run_multi() {
     local rc=0 st e i d n=${#MULTI_GUESTS[@]} g spec peers streams=() gargs=() mcast
     mcast="230.0.39.1:$((40000 + $$ % 20000))"
