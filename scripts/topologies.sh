@@ -139,7 +139,7 @@ run_multi() {
         done
         GUEST_NET_MCAST="$mcast" GUEST_MAC="52:54:00:39:00:0$((i + 1))" \
             guest_start "$g" "$spec" "10.0.0.$((i + 1))/24" off \
-            smcmulti "$MULTI_CONNS" "$MULTI_BYTES" $((2 * (MULTI_CONNS + 1))) "${peers[@]}"
+            smcmulti "$MULTI_CONNS" "$MULTI_BYTES" $((2 * (MULTI_CONNS + 1))) "$n" "${peers[@]}"
     done
     for g in "${MULTI_GUESTS[@]}"; do guest_wait "$g" || rc=1; done
     for e in A B; do
