@@ -108,10 +108,11 @@ e2e: images emulator ## the end-to-end suite: two guests, one guest to itself, a
 
 # The topologies real installations have (scripts/topologies.sh, docs/testing.md "make
 # topologies"): SMC-Dv1, VLAN, several ISM functions on two CHIDs, mixed kernel lines,
-# loopback-ism beside ISM; one line per case, each held to what the kernel's code decides. TOPO_CASES: some of them.
+# loopback-ism beside ISM, four guests streaming at once over two multi-function emulators;
+# one line per case, each held to what the kernel's code decides. TOPO_CASES: some of them.
 # The mixed-line cases boot other lines too (the case's name says which), the loopback
 # case 6.12 with loopback-ism (VARIANT=loopback): built first.
-topologies: images emulator ## SMC-Dv1, VLAN, two CHIDs, mixed kernel lines, loopback beside ISM: one line per case (verdict, version, CHIDs, mode, decline)
+topologies: images emulator ## SMC-Dv1, VLAN, two CHIDs, mixed kernel lines, loopback beside ISM, four guests at once: one line per case (verdict, version, CHIDs, mode, decline)
 	@for k in $$(TOPO_PRINT_LINES=1 scripts/topologies.sh $(TOPO_CASES)); do \
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$${k%%:*} VARIANT=$${k#*:} || exit 1; \
 	done
