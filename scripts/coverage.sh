@@ -5,8 +5,11 @@
 # build/coverage/summary.json and an HTML report. Two columns, from the same commit:
 #   emulated-ism   the suites `make test` runs on the default line, over the emulated ISM
 #                  between two guests (and a guest to itself): e2e (two, self, crash, v1, vlan),
-#                  every fault scenario, the receive livelock's stock half, the seed
-#                  experiment's connection loop;
+#                  make topologies' cases on the default line (two CHIDs: chid-both,
+#                  chid-one, chid-none; four guests on two emulators: multi; the mixed-line
+#                  cases boot other lines, which have no GCOV=1 kernel here), every fault
+#                  scenario, the receive livelock's stock half, the seed experiment's
+#                  connection loop;
 #   loopback-ism   the anchor: the same guest programs (smcsuite's tests) on one guest
 #                  of VARIANT=loopback (CONFIG_SMC_LO, 7.x: CONFIG_DIBS_LO) with no ISM
 #                  function, talking to itself over loopback-ism, as upstream's own
@@ -16,8 +19,8 @@
 #   --short   CI's form: the two-guest e2e topology only, no anchor; the figures are
 #             printed, never judged (it proves that collection keeps working)
 # Environment: KERNEL (the line, default 6.12; 6.1 and later), COVERAGE_OUT (default
-# build/coverage), COVERAGE_SUITES (the emulated-ism suites, default "e2e faults
-# livelock experiment"), GUEST_TIMEOUT.
+# build/coverage), COVERAGE_SUITES (the emulated-ism suites, default "e2e topologies
+# faults livelock experiment"), GUEST_TIMEOUT.
 # Exit status: 0 when every guest's counters were collected and the report was written,
 # whatever the suites said (a suite's failure is printed: under gcov the guests are
 # slower, and it is the figures this measures); 1 otherwise.
@@ -35,7 +38,7 @@ check_kernel_selection
 case "$KERNEL" in 5.10 | custom) die "make coverage: KERNEL=$KERNEL is not supported (6.1 and later; the gcov patches do not apply)" ;; esac
 need_packages coverage
 OUT="${COVERAGE_OUT:-$BUILD_DIR/coverage}"
-SUITES="${COVERAGE_SUITES:-e2e faults livelock experiment}"
+SUITES="${COVERAGE_SUITES:-e2e topologies faults livelock experiment}"
 [ "$SHORT" = 0 ] || SUITES=e2e-short
 started=$SECONDS
 rm -rf "$OUT"
@@ -63,11 +66,13 @@ for s in $SUITES; do
     case "$s" in
         e2e) suite e2e env E2E_DIR="$OUT/logs/e2e" "$REPO_ROOT/scripts/e2e.sh" ;;
         e2e-short) suite e2e-short env E2E_DIR="$OUT/logs/e2e" TESTS="echo seq" "$REPO_ROOT/scripts/e2e.sh" two ;;
+        topologies) suite topologies env TOPO_DIR="$OUT/logs/topologies" "$REPO_ROOT/scripts/topologies.sh" \
+            chid-both chid-one chid-none multi ;;
         faults) suite faults env FAULTS_DIR="$OUT/logs/faults" "$REPO_ROOT/scripts/faults.sh" ;;
         livelock) suite livelock env BUG_DIR="$OUT/logs/livelock" "$REPO_ROOT/scripts/bug-livelock.sh" "$KERNEL:stock" ;;
         experiment) suite experiment env EXP_DIR="$OUT/logs/experiment" EXP_KERNELS="$KERNEL" EXP_BENCH=0 \
             EXP_CONNS="${EXP_CONNS:-20}" EXP_ROUNDS="${EXP_ROUNDS:-3}" "$REPO_ROOT/scripts/experiment.sh" ;;
-        *) die "COVERAGE_SUITES: unknown suite '$s' (e2e, e2e-short, faults, livelock, experiment)" ;;
+        *) die "COVERAGE_SUITES: unknown suite '$s' (e2e, e2e-short, topologies, faults, livelock, experiment)" ;;
     esac
 done
 
