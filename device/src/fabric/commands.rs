@@ -24,6 +24,9 @@ impl Fabric {
             Some((ret, rule)) => Err(CommandError::Injected { ret, rule }),
             None => self.execute_locked(st, id, cmd),
         };
+        if result.is_ok() && matches!(cmd, Command::RegIeq { .. }) {
+            self.reg_ieq_fault(st, id);
+        }
         if result.is_err() {
             st.functions[id].counters.command_errors += 1;
         }

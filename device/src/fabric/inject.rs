@@ -60,11 +60,12 @@ impl Fabric {
             .as_deref()
             .map(|f| self.function_named(f))
             .transpose()?;
+        if let FaultKind::RegIeqEvent(Peer::Function(name)) = &spec.kind {
+            // Named now, so that a typo is refused when the rule is set, not when it fires.
+            self.function_named(name)?;
+        }
         if let FaultKind::GidDisabled(peer) = &spec.kind {
-            let peer_gid = match peer {
-                Peer::Function(name) => self.identities[self.function_named(name)?].1,
-                Peer::Gid(gid) => *gid,
-            };
+            let peer_gid = self.peer_gid(peer)?;
             let receiver = receiver.ok_or(FaultSpecError::NoReceiver)?;
             self.inject_gid_disabled(st, receiver, peer_gid, spec)?;
             return Ok(FaultAdded::Done);
@@ -243,14 +244,18 @@ impl Fabric {
         }
     }
 
-    /// Queues a GID-disabled event for `peer_gid` at `receiver`, as if that peer had gone,
-    /// while it may well still be there.
-    fn inject_gid_disabled(
-        &self,
+    fn peer_gid(&self, peer: &Peer) -> Result<u64, FaultSpecError> {
+        Ok(match peer {
+            Peer::Function(name) => self.identities[self.function_named(name)?].1,
+            Peer::Gid(gid) => *gid,
+        })
+    }
+
+    /// Queues a GID-disabled event for `peer_gid` at `receiver`, with its interrupt.
+    fn post_gid_disabled(
         st: &mut FabricState,
         receiver: FunctionId,
         peer_gid: u64,
-        spec: &FaultSpec,
     ) -> Result<(), FaultSpecError> {
         let event = Event {
             kind: EventType::Gid,
@@ -265,7 +270,36 @@ impl Fabric {
             .map_err(|lost| FaultSpecError::NotDelivered {
                 function: function.name.clone(),
                 reason: lost.to_string(),
-            })?;
+            })
+    }
+
+    /// `reg-ieq-event`: function `id` has just registered its event queue; a rule may
+    /// queue a GID-disabled event there at once (before the command's reply goes out).
+    pub(super) fn reg_ieq_fault(&self, st: &mut FabricState, id: FunctionId) {
+        let Some((peer, fired)) = self.ask(|plan| plan.reg_ieq_event(&self.identities[id].0))
+        else {
+            return;
+        };
+        self.report(id, None, &fired);
+        let posted = self
+            .peer_gid(&peer)
+            .and_then(|gid| Self::post_gid_disabled(st, id, gid));
+        if let Err(e) = posted {
+            let (name, gid) = &self.identities[id];
+            guest_log!(Warn, name, *gid, "fault rule {}: {e}", fired.rule);
+        }
+    }
+
+    /// Queues a GID-disabled event for `peer_gid` at `receiver`, as if that peer had gone,
+    /// while it may well still be there.
+    fn inject_gid_disabled(
+        &self,
+        st: &mut FabricState,
+        receiver: FunctionId,
+        peer_gid: u64,
+        spec: &FaultSpec,
+    ) -> Result<(), FaultSpecError> {
+        Self::post_gid_disabled(st, receiver, peer_gid)?;
         let fired = Fired {
             rule: 0,
             spec: spec.to_string(),
@@ -439,6 +473,39 @@ mod tests {
         assert!(rig.fabric.faults().is_empty(), "an action is not a rule");
     }
 
+    /// The dibs lock scenario's device side (docs/known-bugs.md, 1): an event and its
+    /// interrupt as the driver's REG_IEQ completes, before it can do anything else.
+    #[test]
+    fn reg_ieq_event_queues_the_event_as_the_queue_is_registered() {
+        let rig = Rig::new(2);
+        let efd = msi(&rig, 0);
+        assert_eq!(
+            add(&rig, "reg-ieq-event@ism0,peer=ism1,next=1"),
+            FaultAdded::Rule(1)
+        );
+        assert_eq!(rig.ieq(0, 0).0, 0, "nothing before the registration");
+        // The driver's probe again (a reset): SBA, then IEQ.
+        rig.probe(0);
+        let (idx, entry) = rig.ieq(0, 0);
+        assert_eq!(idx, 1);
+        assert_eq!(entry.kind.get(), EventType::Gid as u32);
+        assert_eq!(entry.code.get(), gid_code::GID_DISABLED);
+        assert_eq!(entry.tok.get(), rig.gid(1));
+        assert_eq!(efd.read().unwrap(), 1, "its interrupt");
+        assert!(rig
+            .sink
+            .last()
+            .contains("as the event queue was registered"));
+        // Spent after one: the next registration gets no event.
+        rig.probe(0);
+        let events = |id: FunctionId| rig.fabric.function_views()[id].counters.events_in;
+        assert_eq!(events(0), 1, "no second event");
+        assert!(rig.fabric.faults()[0].spent);
+        // Only the function named: ism1's registration is untouched.
+        rig.probe(1);
+        assert_eq!(events(1), 0);
+    }
+
     #[test]
     fn faults_name_functions_that_exist_and_actions_need_a_running_fabric() {
         let rig = Rig::new(1);
@@ -459,7 +526,20 @@ mod tests {
                 .unwrap_err(),
             FaultSpecError::ActionAtStart
         );
+        assert_eq!(
+            rig.fabric
+                .add_fault_at_start(spec("reg-ieq-event@ism0,peer=ism3"))
+                .unwrap_err(),
+            FaultSpecError::NoSuchFunction("ism3".into())
+        );
         assert_eq!(rig.fabric.add_fault_at_start(spec("irq-drop")).unwrap(), 1);
-        assert_eq!(rig.fabric.clear_faults(None), 1);
+        assert_eq!(
+            rig.fabric
+                .add_fault_at_start(spec("reg-ieq-event@ism0,peer=0x5"))
+                .unwrap(),
+            2,
+            "a rule, in force from the start"
+        );
+        assert_eq!(rig.fabric.clear_faults(None), 2);
     }
 }

@@ -61,6 +61,7 @@ kinds! {
     IrqDrop     = "irq-drop",     "irq-drop",     [],                true;
     IrqDelay    = "irq-delay",    "irq-delay",    ["us"],            true;
     GidDisabled = "gid-disabled", "gid-disabled", ["peer"],          false;
+    RegIeqEvent = "reg-ieq-event", "reg-ieq-event", ["peer"],        true;
 }
 
 impl Kind {
@@ -97,9 +98,10 @@ mod tests {
         assert_eq!(Kind::DmbLimit.keys(), "max, rc, next, every, prob, seed");
         assert_eq!(Kind::IrqDrop.keys(), "next, every, prob, seed");
         assert_eq!(Kind::GidDisabled.keys(), "peer");
+        assert_eq!(Kind::RegIeqEvent.keys(), "peer, next, every, prob, seed");
         assert_eq!(
             Kind::usage_list(),
-            "cmd=OPCODE, rgid-unknown, dmb-limit, move, move-delay, irq-drop, irq-delay, gid-disabled"
+            "cmd=OPCODE, rgid-unknown, dmb-limit, move, move-delay, irq-drop, irq-delay, gid-disabled, reg-ieq-event"
         );
     }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{FaultKind, FaultSpec, Trigger};
+use super::{FaultKind, FaultSpec, Peer, Trigger};
 use crate::ism::opcodes::Opcode;
 
 /// A fault that fired: which rule, and what it did, for the log and the event stream.
@@ -204,6 +204,17 @@ impl FaultPlan {
         })?;
         let detail = format!("move delayed by {} us", delay.as_micros());
         Some((delay, rule.fired(detail)))
+    }
+
+    /// `function` registered its event queue: the peer to queue a GID-disabled event
+    /// for at once, if a rule fires.
+    pub fn reg_ieq_event(&mut self, function: &str) -> Option<(Peer, Fired)> {
+        let (peer, rule) = self.first(function, |kind| match kind {
+            FaultKind::RegIeqEvent(peer) => Some(peer.clone()),
+            _ => None,
+        })?;
+        let detail = format!("GID-disabled event for {peer} as the event queue was registered");
+        Some((peer, rule.fired(detail)))
     }
 
     /// The interrupt a signalling move raises at `function`.

@@ -15,6 +15,24 @@ pub enum Peer {
     Gid(u64),
 }
 
+/// A peer by its function's name or by its GID (`0x...`).
+fn parse_peer(peer: String) -> Result<Peer, FaultSpecError> {
+    Ok(if peer.starts_with("0x") || peer.starts_with("0X") {
+        Peer::Gid(parse_u64("peer", &peer)?)
+    } else {
+        Peer::Function(peer)
+    })
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Peer::Function(name) => write!(f, "{name}"),
+            Peer::Gid(gid) => write!(f, "{gid:#x}"),
+        }
+    }
+}
+
 /// What a rule does when it fires.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FaultKind {
@@ -38,6 +56,10 @@ pub enum FaultKind {
     DelayIrq(Duration),
     /// An action, not a rule: queue a GID-disabled event for `peer` at the function.
     GidDisabled(Peer),
+    /// When the function registers its event queue (REG_IEQ), a GID-disabled event for
+    /// `peer` is queued at once, with its interrupt: an event that comes as early as the
+    /// hardware can give one, before the driver has done anything after the command.
+    RegIeqEvent(Peer),
 }
 
 impl FaultKind {
@@ -55,6 +77,7 @@ impl FaultKind {
             FaultKind::DropIrq => Kind::IrqDrop,
             FaultKind::DelayIrq(_) => Kind::IrqDelay,
             FaultKind::GidDisabled(_) => Kind::GidDisabled,
+            FaultKind::RegIeqEvent(_) => Kind::RegIeqEvent,
         }
     }
 }
@@ -254,13 +277,13 @@ impl FaultSpec {
                 }
             }
             Kind::IrqDrop => FaultKind::DropIrq,
+            Kind::RegIeqEvent => {
+                let peer = take(&mut pairs, "peer").ok_or(missing("peer"))?;
+                FaultKind::RegIeqEvent(parse_peer(peer)?)
+            }
             Kind::GidDisabled => {
                 let peer = take(&mut pairs, "peer").ok_or(missing("peer"))?;
-                let peer = if peer.starts_with("0x") || peer.starts_with("0X") {
-                    Peer::Gid(parse_u64("peer", &peer)?)
-                } else {
-                    Peer::Function(peer)
-                };
+                let peer = parse_peer(peer)?;
                 if function.is_none() {
                     return Err(FaultSpecError::NoReceiver);
                 }
@@ -345,8 +368,9 @@ impl fmt::Display for FaultSpec {
             }
             FaultKind::DropIrq => {}
             FaultKind::DelayMove(d) | FaultKind::DelayIrq(d) => write!(f, ",us={}", d.as_micros())?,
-            FaultKind::GidDisabled(Peer::Function(p)) => write!(f, ",peer={p}")?,
-            FaultKind::GidDisabled(Peer::Gid(g)) => write!(f, ",peer={g:#x}")?,
+            FaultKind::GidDisabled(peer) | FaultKind::RegIeqEvent(peer) => {
+                write!(f, ",peer={peer}")?;
+            }
         }
         match self.trigger {
             Trigger::Always => Ok(()),
@@ -397,6 +421,12 @@ pub(super) mod tests {
                 "gid-disabled@ism0,peer=0x1234",
                 "gid-disabled@ism0,peer=0x1234",
             ),
+            (
+                "reg-ieq-event@ism0,peer=ism1,next=1",
+                "reg-ieq-event@ism0,peer=ism1,next=1",
+            ),
+            ("reg-ieq-event,peer=0X1234", "reg-ieq-event,peer=0x1234"),
+            ("reg-ieq-event@ism0", ""),
         ] {
             if canonical.is_empty() {
                 assert!(FaultSpec::parse(text).is_err(), "{text} parsed");
