@@ -24,7 +24,7 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu qemu-asan qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	bug-livelock bug-lateabort bug-chid0 hops coverage chaos lint clean \
+	bug-livelock bug-lateabort bug-chid0 bug-dibslock hops coverage chaos lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
@@ -260,6 +260,18 @@ bug-chid0: qemu emulator ## net/smc CHID-0 accept: stock 5.10 oopses (the known 
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$${kv%%:*} VARIANT=$${kv#*:} || exit 1; \
 	done
 	scripts/bug-chid0.sh $(CHID0_CLIENTS)
+
+# The dibs lock bug (CVE-2026-74617, docs/known-bugs.md section 1), fixed in every line
+# Debian offers: 7.3 VARIANT=dibslock-bug reverts the fix (test only) on VARIANT=debug's
+# config; the device queues an event as guest b's REG_IEQ succeeds (fault reg-ieq-event).
+# dibslock-bug must report the uninitialised lock, debug (fixed, same detectors) nothing.
+# Not in make test or CI: the debug kernels take about 25 min each to build cold.
+DIBSLOCK_LINES ?= 7.3
+bug-dibslock: qemu emulator ## dibs lock: an event at REG_IEQ; 7.x with the fix reverted reports the bug, fixed debug kernels nothing
+	for k in $(DIBSLOCK_LINES); do for v in dibslock-bug debug; do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
+	done; done
+	scripts/bug-dibslock.sh $(foreach k,$(DIBSLOCK_LINES),$(k):dibslock-bug $(k):debug)
 
 # An event file's DMB lifecycles as a trace-event timeline for Perfetto's UI or
 # chrome://tracing, and a picture of it (docs/observer.md, "Timeline"). TIMELINE_EVENTS:
