@@ -174,24 +174,6 @@ one_run() {
     DETAIL="a's stream rc=${arc:-none} ($aerr), b's rc=${brc:-none} ($berr), a-b DMB unregistered: ${AB_UNREG:+yes}${AB_UNREG:-no}"
 }
 
-failed=0
-for t in "${targets[@]}"; do
-    KERNEL="${t%%:*}" VARIANT="${t#*:}"
-    check_artefacts
-    for ((i = 1; i <= BUG_RUNS; i++)); do
-        topo_init "$BUG_DIR/bug-smcdterm-$(kernel_suffix)-run$i"
-        step "bug-smcdterm: kernel $KERNEL ($VARIANT), run $i/$BUG_RUNS"
-        start=$SECONDS
-        one_run
-        # On the stock kernel b may still wait on a stream a no longer sends (or spin in
-        # make bug-livelock's receive loop, its cursor update refused): its QEMU is
-        # stopped, as are the others' and the emulator (TERM, and waited for).
-        topo_cleanup
-        want=BUG
-        [ "$VARIANT" = stock ] || want=FIXED
-        bug_run_done bug-smcdterm "$want" "$i/$BUG_RUNS" "$start" || failed=1
-    done
-done
-
-bug_report bug-smcdterm "$BUG_DIR" || failed=1
-exit "$failed"
+# On the stock kernel b may still wait on a stream a no longer sends (or spin in make
+# bug-livelock's receive loop, its cursor update refused): bug_loop stops it after each run.
+bug_loop bug-smcdterm "${targets[@]}"
