@@ -164,14 +164,14 @@ one_run() {
         read -r how at <<<"$AB_CLOSE"
         if [ -z "$at" ] || [ "$at" -le "$T_C" ]; then
             DETAIL="the stream completed, but c left after it (stream closed ${how:-never seen}): premise not met"
-        elif [ -n "$AB_UNREG" ]; then
-            DETAIL="the stream completed, but a unregistered its a-b DMB $AB_TOKEN"
+        elif [ -n "$AB_UNREG" ] && [ "$AB_UNREG" -le "$at" ]; then
+            DETAIL="the stream completed, but a unregistered its a-b DMB $AB_TOKEN before it closed"
         else
             VERDICT=FIXED DETAIL="a's stream to b completed intact (checked by b) $(ms "$T_C" "$at") ms after a ended its link group with c; the a-b link group stayed ($(grep -E '^SUMMARY test=stream side=server' "$RUN_DIR/b.console.log" | grep -oE 'bytes=[0-9]+' | head -n 1))"
         fi
         return
     fi
-    DETAIL="a's stream rc=${arc:-none} ($aerr), b's rc=${brc:-none} ($berr), a-b DMB unregistered: ${AB_UNREG:+yes}${AB_UNREG:-no}"
+    DETAIL="a's stream rc=${arc:-none} ($aerr), b's rc=${brc:-none} ($berr), a-b DMB unregistered: $([ -n "$AB_UNREG" ] && echo yes || echo no)"
 }
 
 # On the stock kernel b may still wait on a stream a no longer sends (or spin in make
