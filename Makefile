@@ -24,13 +24,13 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu qemu-asan qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	bug-livelock bug-lateabort bug-chid0 bug-dibslock hops coverage chaos lint clean \
+	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock hops coverage chaos lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|loopback|debug|dibslock-bug] [GCOV=1] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|smcdterm-fix|loopback|debug|dibslock-bug] [GCOV=1] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: docs/running.md (\"Targets and variables\"); defaults: scripts/config.sh."
@@ -260,6 +260,20 @@ bug-chid0: qemu emulator ## net/smc CHID-0 accept: stock 5.10 oopses (the known 
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$${kv%%:*} VARIANT=$${kv#*:} || exit 1; \
 	done
 	scripts/bug-chid0.sh $(CHID0_CLIENTS)
+
+# A peer's shutdown ending every link group of an ISM function (docs/known-bugs.md,
+# section 5; scripts/bug-smcdterm.sh, guest-tests/kernel/patches/smcdterm-fix): three
+# guests on one emulator, a streams to b, c connects to a and powers off mid-stream. On
+# each line of SMCDTERM_LINES (default 6.12; the patch applies to 7.3 too) the stock
+# kernel must abort a's stream (the known bug) and VARIANT=smcdterm-fix must complete it.
+# One line per run; BUG_RUNS runs per kernel (default 1); KTAP/JUnit in
+# build/results/bug-smcdterm.*.
+SMCDTERM_LINES ?= 6.12
+bug-smcdterm: qemu emulator ## a peer's shutdown ends every link group of an ISM function: stock aborts a third guest's stream, smcdterm-fix keeps it
+	for k in $(SMCDTERM_LINES); do for v in stock smcdterm-fix; do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
+	done; done
+	scripts/bug-smcdterm.sh $(foreach k,$(SMCDTERM_LINES),$(k):stock $(k):smcdterm-fix)
 
 # The dibs lock bug (CVE-2026-74617, docs/known-bugs.md section 1), fixed in every line
 # Debian offers: 7.3 VARIANT=dibslock-bug reverts the fix (test only) on VARIANT=debug's

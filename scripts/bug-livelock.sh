@@ -128,23 +128,5 @@ one_run() {
     fi
 }
 
-failed=0
-for t in "${targets[@]}"; do
-    KERNEL="${t%%:*}" VARIANT="${t#*:}"
-    check_artefacts
-    for ((i = 1; i <= BUG_RUNS; i++)); do
-        topo_init "$BUG_DIR/bug-livelock-$(kernel_suffix)-run$i"
-        step "bug-livelock: kernel $KERNEL ($VARIANT), run $i/$BUG_RUNS"
-        start=$SECONDS
-        one_run
-        # A wedged guest does not power off: its QEMU is stopped, as are b's and the
-        # emulator (TERM, and waited for).
-        topo_cleanup
-        want=BUG
-        [ "$VARIANT" = stock ] || want=FIXED
-        bug_run_done bug-livelock "$want" "$i/$BUG_RUNS" "$start" || failed=1
-    done
-done
-
-bug_report bug-livelock "$BUG_DIR" || failed=1
-exit "$failed"
+# A wedged guest does not power off: bug_loop stops it after each run.
+bug_loop bug-livelock "${targets[@]}"

@@ -21,6 +21,8 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # rxabort-fix (the net/smc fix for the receive livelock: guest-tests/kernel/patches/rxabort-fix),
 # lateabort-fix (the fix for an aborted connection's late CDC message in a reused DMB:
 # guest-tests/kernel/patches/lateabort-fix),
+# smcdterm-fix (6.12 and 7.3: the fix for smc_smcd_terminate() ending every link group of an
+# ISM function on one peer's shutdown or GID event: guest-tests/kernel/patches/smcdterm-fix),
 # chid0-peer and chid0-fix (5.10 only: the CHID-0 accept bug's crafted peer and its fix,
 # scripts/bug-chid0.sh).
 # loopback (a kernel with loopback-ism beside the ISM driver: CONFIG_SMC_LO on 6.9-6.17,
@@ -30,7 +32,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # dibslock-bug (7.x only, test only: the debug variant with the CVE-2026-74617 fix reverted,
 # for the dibs lock scenario of docs/known-bugs.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix lateabort-fix chid0-peer chid0-fix loopback debug dibslock-bug"
+VARIANTS="stock prezero nozero rxabort-fix lateabort-fix smcdterm-fix chid0-peer chid0-fix loopback debug dibslock-bug"
 # GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
 # driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
 # counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry

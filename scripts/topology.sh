@@ -389,6 +389,40 @@ bug_run_done() {
     [ "$VERDICT" = "$want" ]
 }
 
+# bug_loop SCRIPT KERNEL:VARIANT...: the runs of a known-bug scenario whose kernels are
+# stock (must show the bug) or a fix (must not): for each target (KERNEL and VARIANT set
+# globally), BUG_RUNS runs of the script's one_run in BUG_DIR/SCRIPT-<suffix>-run<i>, each
+# run's processes stopped after it (a wedged guest does not power off: its QEMU is
+# stopped, as are the others' and the emulator's, TERM and waited for), each judged by
+# bug_run_done against what the kernel should show: the script's bug_want KERNEL VARIANT
+# if it has one (prints BUG or FIXED), else BUG on stock and FIXED on any other variant;
+# then bug_report. Returns 1 if a run was not what its kernel should show or the reports
+# failed.
+bug_loop() {
+    local script="$1" t i start want failed=0
+    shift
+    for t in "$@"; do
+        KERNEL="${t%%:*}" VARIANT="${t#*:}"
+        check_artefacts
+        for ((i = 1; i <= BUG_RUNS; i++)); do
+            topo_init "$BUG_DIR/$script-$(kernel_suffix)-run$i"
+            step "$script: kernel $KERNEL ($VARIANT), run $i/$BUG_RUNS"
+            start=$SECONDS
+            one_run
+            topo_cleanup
+            if declare -F bug_want >/dev/null; then
+                want="$(bug_want "$KERNEL" "$VARIANT")"
+            else
+                want=BUG
+                [ "$VARIANT" = stock ] || want=FIXED
+            fi
+            bug_run_done "$script" "$want" "$i/$BUG_RUNS" "$start" || failed=1
+        done
+    done
+    bug_report "$script" "$BUG_DIR" || failed=1
+    return "$failed"
+}
+
 # bug_report SCRIPT DIR: the runs' KTAP and JUnit reports (scripts/results.py, named
 # RESULTS_NAME or SCRIPT) and DIR/verdicts.txt. Returns 1 if the reports failed.
 bug_report() {
