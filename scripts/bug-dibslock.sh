@@ -89,7 +89,7 @@ one_run() {
     if [ "${fired:-0}" = 0 ]; then
         DETAIL="the rule did not fire at b's REG_IEQ (no fault_injected event)"
     elif [ -n "$lock" ]; then
-        VERDICT=BUG DETAIL="b's kernel: \"$lock\" in $(grep -m1 -oE 'ism_handle_irq|dibs_[a-z_]+' "$RUN_DIR/b.console.log" 2>/dev/null || echo 'no ism/dibs frame'), during $(grep -m1 -oE 'ism_probe|ism_dev_init' "$RUN_DIR/b.console.log" 2>/dev/null || echo '?') ($((SECONDS - t0)) s after b started)"
+        VERDICT=BUG DETAIL="b's kernel: \"$lock\" in $(grep -m1 -oE 'ism_handle_irq|dibs_[a-z_]+' "$RUN_DIR/b.console.log" 2>/dev/null || echo 'no ism/dibs frame') ($((SECONDS - t0)) s after b started; the report: b.kernel-reports.txt)"
     elif [ "$rc_a" = 0 ] && [ "$rc_b" = 0 ]; then
         VERDICT=FIXED DETAIL="the event came at b's REG_IEQ; no kernel report; the echo passed"
     else
