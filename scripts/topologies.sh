@@ -78,6 +78,18 @@ fi
 check_artefacts ${others[@]+"${others[@]}"}
 mkdir -p "$TOPO_DIR"
 
+# emus_done NAME...: each named emulator's snapshot (RUN_DIR/NAME/snapshot.json), then its
+# clean stop, recorded as a check; 1 if either failed for one of them.
+emus_done() {
+    local e st rc=0
+    for e in "$@"; do
+        observe_named "$e" json >"$RUN_DIR/$e/snapshot.json" 2>>"$RUN_DIR/$e/emulator.log" || rc=1
+        emu_stop_named "$e" && st=0 || st=$?
+        record_check "emulator_${e}_clean_shutdown" "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
+    done
+    return "$rc"
+}
+
 # run_chid CASE MODE A_FUNCS B_FUNCS A_SPECS B_SPECS [LINE_A LINE_B]: emulators A and B
 # with that many functions (B_FUNCS 0: no emulator B), guests a and b with the functions
 # their specs name (guest_start; of kernel lines LINE_A and LINE_B if given), both running
@@ -85,7 +97,7 @@ mkdir -p "$TOPO_DIR"
 # emulator's snapshot, its clean stop, and check_topology.py's line (with the lines: its
 # mixed-line checks too; with self: its loopback checks).
 run_chid() {
-    local case="$1" mode="$2" rc=0 st emus=(A) more=() a_args=(fallback) b_args=(fallback)
+    local case="$1" mode="$2" rc=0 emus=(A) more=() a_args=(fallback) b_args=(fallback)
     emu_start_named A "$CHID_A" "$3"
     [ "$4" = 0 ] || { emu_start_named B "$CHID_B" "$4"; emus+=(B); }
     [ -z "${7:-}" ] || more=(--guest-line "a=$7" --guest-line "b=$8")
@@ -97,11 +109,7 @@ run_chid() {
     GUEST_LINE="${8:-}" guest_start b "$6" 10.0.0.2/24 off smcchid b 10.0.0.1 ${b_args[@]+"${b_args[@]}"}
     guest_wait a || rc=1
     guest_wait b || rc=1
-    for e in "${emus[@]}"; do
-        observe_named "$e" json >"$RUN_DIR/$e/snapshot.json" 2>>"$RUN_DIR/$e/emulator.log" || rc=1
-        emu_stop_named "$e" && st=0 || st=$?
-        record_check "emulator_${e}_clean_shutdown" "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
-    done
+    emus_done "${emus[@]}" || rc=1
     topo_cleanup
     python3 "$REPO_ROOT/scripts/check_topology.py" chid --case "$case" --run-dir "$RUN_DIR" \
         "${emus[@]/#/--emulator=}" ${more[@]+"${more[@]}"} --line "$RUN_DIR/line" \
@@ -120,7 +128,7 @@ MULTI_GUESTS=(a b c d)
 MULTI_CONNS="${MULTI_CONNS:-4}"
 MULTI_BYTES="${MULTI_BYTES:-8M}"
 run_multi() {
-    local rc=0 st e i d n=${#MULTI_GUESTS[@]} g spec peers streams=() gargs=() mcast
+    local rc=0 i d n=${#MULTI_GUESTS[@]} g spec peers streams=() gargs=() mcast
     mcast="230.0.39.1:$((40000 + $$ % 20000))"
     emu_start_named A "$CHID_A" "$n"
     emu_start_named B "$CHID_B" "$n"
@@ -142,11 +150,7 @@ run_multi() {
             smcmulti "$MULTI_CONNS" "$MULTI_BYTES" $((2 * (MULTI_CONNS + 1))) "$n" "${peers[@]}"
     done
     for g in "${MULTI_GUESTS[@]}"; do guest_wait "$g" || rc=1; done
-    for e in A B; do
-        observe_named "$e" json >"$RUN_DIR/$e/snapshot.json" 2>>"$RUN_DIR/$e/emulator.log" || rc=1
-        emu_stop_named "$e" && st=0 || st=$?
-        record_check "emulator_${e}_clean_shutdown" "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
-    done
+    emus_done A B || rc=1
     topo_cleanup
     python3 "$REPO_ROOT/scripts/check_topology.py" multi --case multi --run-dir "$RUN_DIR" \
         --emulator=A --emulator=B --conns $((MULTI_CONNS + 1)) "${streams[@]}" "${gargs[@]}" --line "$RUN_DIR/line" >"$RUN_DIR/check.txt" || rc=1
