@@ -25,6 +25,8 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # ISM function on one peer's shutdown or GID event: guest-tests/kernel/patches/smcdterm-fix),
 # chid0-peer and chid0-fix (5.10 only: the CHID-0 accept bug's crafted peer and its fix,
 # scripts/bug-chid0.sh).
+# ieqnull-fix (every line: the ism driver fix for an event interrupt before the event queue
+# is published: guest-tests/kernel/patches/ieqnull-fix, scripts/bug-ieqnull.sh).
 # loopback (a kernel with loopback-ism beside the ISM driver: CONFIG_SMC_LO on 6.9-6.17,
 # CONFIG_DIBS_LO on 7.x; the coverage anchor, docs/coverage.md).
 # debug (the kernel's bug detectors: KASAN, lockdep, DEBUG_SPINLOCK, DEBUG_ATOMIC_SLEEP, the
@@ -32,7 +34,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # dibslock-bug (7.x only, test only: the debug variant with the CVE-2026-74617 fix reverted,
 # for the dibs lock scenario of docs/known-bugs.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix lateabort-fix smcdterm-fix chid0-peer chid0-fix loopback debug dibslock-bug"
+VARIANTS="stock prezero nozero rxabort-fix lateabort-fix smcdterm-fix ieqnull-fix chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix"
 # GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
 # driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
 # counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry

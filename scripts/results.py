@@ -115,7 +115,19 @@ def write(args):
     failed = sum(not p["ok"] for _, pts, _ in runs for p in pts)
     print(f"results: {args.out}/{args.name}.ktap and .junit.xml: {len(runs)} runs, "
           f"{sum(len(p) for _, p, _ in runs)} points, {failed} failed")
+    # The failed points again, each on a line of its own: a CI log that keeps only its
+    # tail (and a build directory removed after the run) still says what failed.
+    for suite, pts, _ in runs:
+        for p in pts:
+            if not p["ok"]:
+                print(f"  not ok: {suite}: {p['name']}: {failed_diag(p)}")
     return 0
+
+
+def failed_diag(p):
+    """A failed point's diagnostics on one line, cut to 300 characters."""
+    text = " | ".join(" ".join(d.split()) for d in ([p["what"]] if p["what"] else []) + p["diag"])
+    return text[:300] + ("..." if len(text) > 300 else "")
 
 
 def point_state(p):

@@ -187,6 +187,15 @@ guest_start() {
     local pid=$!
     _topo_pids+=("$pid")
     printf -v "GUEST_PID_$name" '%s' "$pid"
+    # A guest still running 20 s before its timeout is stuck: where its CPUs are goes to
+    # RUN_DIR/NAME.where.txt before the timeout stops it (guest_wait prints it).
+    if [ "$GUEST_TIMEOUT" -gt 60 ]; then
+        python3 "$REPO_ROOT/scripts/guest_where.py" "$RUN_DIR/$name.monitor" \
+            "$(kernel_dir "${GUEST_LINE:-$KERNEL}")/System.map" --console "$RUN_DIR/$name.console.log" \
+            --samples 10 --interval 0.2 --after $((GUEST_TIMEOUT - 20)) --while-pid "$pid" \
+            >"$RUN_DIR/$name.where.txt" 2>&1 &
+        _topo_pids+=("$!")
+    fi
 }
 
 # pins_for_two: the host CPUs for guests a and b in PINS ("CPUS_A CPUS_B", taskset lists;
@@ -283,7 +292,9 @@ guest_wait() {
         warn "guest $name: QEMU ended with status $rc; last console lines:"
         tail -n 40 "$log" >&2 || true
         cat "$RUN_DIR/$name.run.log" >&2 || true
-        record_check "guest_$name" 1 "QEMU ended with status $rc" "$(tail -n 5 "$log" 2>/dev/null)"
+        grep -E '^(guest_where|cpu [0-9]+:)' "$RUN_DIR/$name.where.txt" >&2 2>/dev/null || true
+        record_check "guest_$name" 1 "QEMU ended with status $rc" "$(tail -n 5 "$log" 2>/dev/null)" \
+            "$(grep -E '^cpu [0-9]+:' "$RUN_DIR/$name.where.txt" 2>/dev/null | paste -sd ';')"
         return 1
     fi
     if ! grep -q '^ISMTEST: RESULT PASS' "$log"; then
@@ -353,6 +364,18 @@ pair_verdict() {
         "$([ "$guests" = 0 ] && echo "both guests' checks passed" || echo "a guest's checks FAILED")" \
         "$smcd" "$conns" "${verdict:-no verdict}"
     return "$ok"
+}
+
+# guest_where_now NAME: samples where guest NAME's vCPUs are (scripts/guest_where.py:
+# 20 samples 0.1 s apart, named from the kernel's System.map and the console's MODSYM
+# lines) into RUN_DIR/NAME.where.txt, and sets WHERE to its summary lines ("cpu N: k/n
+# samples in FUNCTION", joined by "; "). For a guest that stopped answering.
+guest_where_now() {
+    local name="$1"
+    python3 "$REPO_ROOT/scripts/guest_where.py" "$RUN_DIR/$name.monitor" "$(kernel_dir)/System.map" \
+        --console "$RUN_DIR/$name.console.log" --samples 20 --interval 0.1 --stack 512 >"$RUN_DIR/$name.where.txt" 2>&1 || true
+    WHERE="$(grep -E '^cpu [0-9]+:' "$RUN_DIR/$name.where.txt" | paste -sd ';' | sed 's/;/; /g')"
+    [ -n "$WHERE" ] || WHERE="no sample ($(head -n 1 "$RUN_DIR/$name.where.txt"))"
 }
 
 # ---- known-bug scenarios (scripts/bug-*.sh) ---------------------------------------------
