@@ -209,11 +209,12 @@ faults: images emulator ## fault scenarios against the unmodified kernels of two
 # guests and judged by four invariants (data, kernel reports, blocked calls, the host's
 # reuse verdict); a failed round is replayed, shrunk and kept in build/chaos/findings/.
 # VARIANT=debug by default (the kernel's bug detectors). CHAOS_ROUND=R: that one round
-# seed; CHAOS_PLAN=FILE: a finding's plan.json.
+# seed; CHAOS_PLAN=FILE: a finding's plan.json; CHAOS_FIRST=N: start at round N (a
+# campaign split over several runs: the rounds of one seed are the same whoever runs them).
 CHAOS_ROUNDS ?= 5
 chaos: export VARIANT ?= debug
 chaos: images emulator ## a seeded fault campaign on two guests: CHAOS_ROUNDS, CHAOS_SEED (docs/chaos.md)
-	scripts/chaos.py --rounds $(CHAOS_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
+	scripts/chaos.py --rounds $(CHAOS_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) $(if $(CHAOS_FIRST),--first $(CHAOS_FIRST)) \
 		$(if $(CHAOS_ROUND),--round-seed $(CHAOS_ROUND)) $(if $(CHAOS_PLAN),--plan $(CHAOS_PLAN))
 
 # The guest kernel's coverage of net/smc, the ism driver and dibs (scripts/coverage.sh,

@@ -201,7 +201,8 @@ def judge(run_dir, plan, variant="stock"):
             if CORRUPTION.search(line):
                 bad("data", f"{g}: {line.strip()[:200]}")
         for kind, text in kernel_reports.find_reports(console.splitlines(True)):
-            bad("kernel", f"{g}: {kind}: {' '.join(t.strip() for t in text[:2])[:200]}")
+            bad("kernel", f"{g}: {kind}: {' '.join(t.strip() for t in text[:2])[:200]}"
+                          f" [{report_signature(text)}]")
         if g not in guests:
             continue
         if WATCHDOG.search(console):
@@ -266,6 +267,33 @@ def run_round(plan, run_dir):
     return broke, time.monotonic() - start
 
 
+# A lockdep lock class in a report, "(sk_lock-AF_SMC){+.+.}", and a stack frame, "name+0x".
+LOCK_CLASS = re.compile(r"\(([^()\s]+)\)\{[^}]*\}")
+FRAME = re.compile(r"\b([A-Za-z_][\w.]*)\+0x[0-9a-f]+")
+
+
+def report_signature(text):
+    """What tells one kernel report from another of its kind: the lock classes it names
+    (lockdep) and its first stack frames, without addresses."""
+    locks, frames = [], []
+    for line in text:
+        for m in LOCK_CLASS.finditer(line):
+            if m.group(1) not in locks:
+                locks.append(m.group(1))
+        for m in FRAME.finditer(line):
+            if len(frames) < 4 and m.group(1) not in frames:
+                frames.append(m.group(1))
+    return " ".join(locks[:3] + frames)
+
+
+def failure_key(broke):
+    """The same failure seen again: each broken invariant with its messages, the guest's
+    name and the numbers taken out."""
+    return tuple(sorted((inv, tuple(sorted({re.sub(r"^[ab]: ", "", re.sub(r"\d+", "N", m))
+                                              for m in msgs})))
+                        for inv, msgs in broke.items()))
+
+
 def replay_command(plan):
     return f"make chaos CHAOS_ROUND={plan['seed']}"
 
@@ -294,6 +322,10 @@ def finding(out, index, plan, run_dir, broke, confirmed, shrunk, shrunk_dir, tri
 
 def campaign(plans, out, shrink_max):
     failed = 0
+    # A failure already kept as a finding in this campaign is not replayed and shrunk
+    # again (a report that comes in many rounds would spend the campaign on itself): its
+    # round is listed under the finding.
+    known = {}
     for index, plan in plans:
         run_dir = os.path.join(out, "rounds", f"{index:03d}-{plan['seed']:08x}")
         broke, secs = run_round(plan, run_dir)
@@ -301,6 +333,13 @@ def campaign(plans, out, shrink_max):
         if not broke:
             continue
         failed += 1
+        key = failure_key(broke)
+        if key in known:
+            line = f"{known[key]}: again in round {index} ({describe(plan)}), not replayed"
+            with open(os.path.join(out, "findings", "SUMMARY"), "a") as f:
+                f.write(line + "\n")
+            print("  again: " + line, flush=True)
+            continue
         again, _ = run_round(plan, run_dir + "-replay")
         confirmed = bool(set(again) & set(broke))
         print(f"  replay: {'confirmed' if confirmed else 'not seen again'}: {', '.join(sorted(again)) or 'held'}",
@@ -315,8 +354,10 @@ def campaign(plans, out, shrink_max):
                 last[d] = bool(set(got) & set(broke))
                 return last[d]
             shrunk, tries = shrink(plan, fails, shrink_max)
-        print("  finding: " + finding(out, index, plan, run_dir, broke, confirmed, shrunk,
-                                      next((d for d in reversed(last) if last[d]), None), tries), flush=True)
+        line = finding(out, index, plan, run_dir, broke, confirmed, shrunk,
+                       next((d for d in reversed(last) if last[d]), None), tries)
+        known[key] = line.split(":", 1)[0]
+        print("  finding: " + line, flush=True)
     return failed
 
 
@@ -324,6 +365,8 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int)
+    ap.add_argument("--first", type=int, default=0,
+                    help="the campaign's first round number (a campaign split over several runs)")
     ap.add_argument("--round-seed", type=int)
     ap.add_argument("--plan")
     ap.add_argument("--out", default=os.environ.get("CHAOS_DIR") or os.path.join(
@@ -333,6 +376,8 @@ def main(argv):
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.first < 0:
+        ap.error("--first must not be negative")
     if args.plan:
         with open(args.plan) as f:
             plans = [(0, json.load(f))]
@@ -342,8 +387,10 @@ def main(argv):
         what = f"round seed {args.round_seed}"
     else:
         seed = args.seed if args.seed is not None else int(time.time()) % 1000000
-        plans = [(i, draw_round(round_seed(seed, i))) for i in range(args.rounds)]
-        what = f"CHAOS_SEED={seed}, {args.rounds} rounds"
+        rounds = range(args.first, args.first + args.rounds)
+        plans = [(i, draw_round(round_seed(seed, i))) for i in rounds]
+        what = f"CHAOS_SEED={seed}, {args.rounds} rounds" + (
+            f" ({rounds.start} to {rounds.stop - 1})" if args.first else "")
     kernel = f"{os.environ.get('KERNEL', '6.12')} ({os.environ.get('VARIANT', 'stock')})"
     print(f"chaos: {what}, kernel {kernel}, results in {os.path.abspath(args.out)}", flush=True)
     if args.draw:

@@ -42,6 +42,34 @@ class Drawing(unittest.TestCase):
         self.assertEqual(chaos.round_seed(43, 0), 2106527054)
         self.assertEqual(chaos.draw_round(2106527054)["workload"], "reset")
 
+    def test_a_campaign_split_at_first_draws_the_same_rounds(self):
+        import contextlib
+        import io
+
+        def drawn(*args):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(chaos.main(["--draw", "--seed", "43", *args]), 0)
+            return [line for line in out.getvalue().splitlines() if line.startswith("round ")]
+
+        whole = drawn("--rounds", "6")
+        self.assertEqual(drawn("--rounds", "2") + drawn("--rounds", "4", "--first", "2"), whole)
+        self.assertTrue(drawn("--rounds", "1", "--first", "5")[0].startswith("round 5: "))
+
+    def test_a_failure_seen_again_has_the_same_key_another_does_not(self):
+        report = ["WARNING: possible circular locking dependency detected\n",
+                  "poweroff/130 is trying to acquire lock:\n",
+                  "0000000004f60248 (sk_lock-AF_SMC){+.+.}-{0:0}, at: __smc_lgr_terminate.part.0+0x106/0x268 [smc]\n",
+                  "000003ff600e81f8 (smcd_dev_list.mutex){+.+.}-{3:3}, at: smc_lgrs_shutdown+0x180/0x250 [smc]\n"]
+        sig = chaos.report_signature(report)
+        self.assertEqual(sig, "sk_lock-AF_SMC smcd_dev_list.mutex __smc_lgr_terminate.part.0 smc_lgrs_shutdown")
+        first = {"kernel": [f"a: lockdep: WARNING: possible circular locking dependency detected [{sig}]"]}
+        again = {"kernel": [f"b: lockdep: WARNING: possible circular locking dependency detected [{sig}]"]}
+        other = {"kernel": ["a: lockdep: WARNING: possible circular locking dependency detected [rtnl_mutex x]"]}
+        self.assertEqual(chaos.failure_key(first), chaos.failure_key(again))
+        self.assertNotEqual(chaos.failure_key(first), chaos.failure_key(other))
+        self.assertNotEqual(chaos.failure_key(first), chaos.failure_key({**first, "data": ["a: x"]}))
+
     def test_other_seeds_draw_other_rounds(self):
         plans = {json.dumps(chaos.draw_round(chaos.round_seed(43, i)), sort_keys=True) for i in range(50)}
         self.assertGreater(len(plans), 45)
