@@ -3,7 +3,8 @@
 # (installed as an EXIT trap by `topo_init`), so nothing outlives the script.
 
 EMU_BIN="${EMU_BIN:-$REPO_ROOT/target/release/ism-emu}"
-GUEST_TIMEOUT="${GUEST_TIMEOUT:-600}"
+# GUEST_TIMEOUT (s): a guest's hard limit, read when it starts (600 unless the script or
+# the caller sets it: a script's own default is set after this file is sourced).
 
 _topo_pids=()
 EMU_PID=""
@@ -171,13 +172,14 @@ guest_start() {
         [[ "$fn" == "$RUN_DIR"/* ]] && fns+=("${fn#"$RUN_DIR"/}") || fns+=("${fn##*/}")
     done
     echo "${fns[*]:-none}" >"$RUN_DIR/$name.function"
-    local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((GUEST_TIMEOUT - 30))${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}"
+    local timeout="${GUEST_TIMEOUT:-600}"
+    local append="console=ttysclp0 panic=-1 oops=panic ismtest.ip=$ip ismtest.run=$run ismtest.timeout=$((timeout - 30))${GUEST_APPEND_EXTRA:+ $GUEST_APPEND_EXTRA}"
     ${GUEST_CPUS:+taskset -c "$GUEST_CPUS"} "$REPO_ROOT/qemu-configs/run-guest.sh" --name "$name" \
         --kernel "$(guest_kernel "${GUEST_LINE:-$KERNEL}")" \
         --initrd "$(guest_initrd "${GUEST_LINE:-$KERNEL}")" --append "$append" \
         ${isms[@]+"${isms[@]}"} --chid "$CHID" \
         "${net[@]}" ${size[@]+"${size[@]}"} \
-        --log "$RUN_DIR/$name.console.log" --timeout "$GUEST_TIMEOUT" \
+        --log "$RUN_DIR/$name.console.log" --timeout "$timeout" \
         --pidfile "$RUN_DIR/$name.qemu.pid" \
         -- ${dump[@]+"${dump[@]}"} \
         -monitor "unix:$RUN_DIR/$name.monitor,server=on,wait=off" \
@@ -189,10 +191,10 @@ guest_start() {
     printf -v "GUEST_PID_$name" '%s' "$pid"
     # A guest still running 20 s before its timeout is stuck: where its CPUs are goes to
     # RUN_DIR/NAME.where.txt before the timeout stops it (guest_wait prints it).
-    if [ "$GUEST_TIMEOUT" -gt 60 ]; then
+    if [ "$timeout" -gt 60 ]; then
         python3 "$REPO_ROOT/scripts/guest_where.py" "$RUN_DIR/$name.monitor" \
             "$(kernel_dir "${GUEST_LINE:-$KERNEL}")/System.map" --console "$RUN_DIR/$name.console.log" \
-            --samples 10 --interval 0.2 --after $((GUEST_TIMEOUT - 20)) --while-pid "$pid" \
+            --samples 10 --interval 0.2 --after $((timeout - 20)) --while-pid "$pid" \
             >"$RUN_DIR/$name.where.txt" 2>&1 &
         _topo_pids+=("$!")
     fi
