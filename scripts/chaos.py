@@ -273,8 +273,9 @@ FRAME = re.compile(r"\b([A-Za-z_][\w.]*)\+0x[0-9a-f]+")
 
 
 def report_signature(text):
-    """What tells one kernel report from another of its kind: the lock classes it names
-    (lockdep) and its first stack frames, without addresses."""
+    """What tells one kernel report from another of its kind: the first two lock classes
+    it names (lockdep: the lock taken and the one held when it was seen; the chain behind
+    them may differ from run to run) and its first stack frames, without addresses."""
     locks, frames = [], []
     for line in text:
         for m in LOCK_CLASS.finditer(line):
@@ -283,7 +284,7 @@ def report_signature(text):
         for m in FRAME.finditer(line):
             if len(frames) < 4 and m.group(1) not in frames:
                 frames.append(m.group(1))
-    return " ".join(locks[:3] + frames)
+    return " ".join(locks[:2] + frames)
 
 
 def failure_key(broke):
