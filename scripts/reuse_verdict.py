@@ -9,12 +9,14 @@ explained by an allowed exception; 1 otherwise (an unexplained STALE or CROSSED,
 UNKNOWN: an unchecked reuse is never clean); 2 on a usage error.
 
 Exceptions (each a known kernel bug, docs/known-bugs.md):
-  late-cdc  an aborted connection's peer writes a last CDC message after the owner
-            released the DMB ("An aborted connection's last CDC message"). It explains
-            a stale reuse whose stale bytes all lie in the CDC area (at most 32 bytes
-            from offset 0) when the DMB's last late write before it came after the
-            owner had zeroed it; and a foreign CDC message that carries the abort or
-            closed flag (an old connection's close).
+  late-cdc  an aborted connection's peer writes after the owner released the DMB: a
+            last CDC message, and data it was still sending ("An aborted connection's
+            last CDC message"). It explains a stale reuse when the DMB's last late
+            write before it came after the owner had zeroed it and the old
+            connection's late writes carried at least as many bytes as were found
+            stale (every stale byte can be one of them; a late CDC message alone: at
+            most 32 bytes from offset 0); and a foreign CDC message that carries the
+            abort or closed flag (an old connection's close).
 """
 import argparse
 import json
@@ -26,14 +28,14 @@ CLOSING = 0x20 | 0x40  # peer_conn_abort | peer_conn_closed
 
 def judge(lines, allowed):
     """(verdict, explained, unexplained): counts and texts for one run's events."""
-    late_after_zero = {}  # token -> the last late write's after_zeroed
+    late_after_zero = {}  # token -> (the last late write came after the zeroing, its bytes)
     reuses = stale = unchecked = crossed = 0
     explained, unexplained = [], []
     for line in lines:
         kind, token = line.get("kind"), line.get("token")
         where = f"{line.get('function')} DMB {token}"
         if kind == "late_write":
-            late_after_zero[token] = bool(line.get("after_zeroed"))
+            late_after_zero[token] = (bool(line.get("after_zeroed")), int(line.get("bytes") or 0))
         elif kind == "dmb_reused":
             reuses += 1
             if line.get("clean") is None:
@@ -42,9 +44,13 @@ def judge(lines, allowed):
             elif line.get("clean") is False:
                 stale += 1
                 what = f"{where} conn {line.get('conn')}: {line.get('stale_bytes')} stale bytes"
-                in_cdc_area = line.get("first_stale_offset") == 0 and line.get("stale_bytes", 0) <= CDC_LEN
-                if "late-cdc" in allowed and in_cdc_area and late_after_zero.get(token):
-                    explained.append(f"{what}, a late CDC message (known bug late-cdc)")
+                after_zero, late_bytes = late_after_zero.get(token, (False, 0))
+                n = line.get("stale_bytes", 0)
+                in_cdc_area = line.get("first_stale_offset") == 0 and n <= CDC_LEN
+                if "late-cdc" in allowed and after_zero and (in_cdc_area or n <= late_bytes):
+                    why = ("a late CDC message" if in_cdc_area
+                           else f"the old connection's late writes ({late_bytes} bytes, the last after the zeroing)")
+                    explained.append(f"{what}, {why} (known bug late-cdc)")
                 else:
                     unexplained.append(what)
         elif kind == "foreign_cdc":

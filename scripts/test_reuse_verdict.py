@@ -24,9 +24,9 @@ def reused(conn, stale, first=0, token="0x1"):
             "clean": stale == 0, "stale_bytes": stale, "first_stale_offset": first if stale else None}
 
 
-def late(after_zeroed, token="0x1"):
+def late(after_zeroed, token="0x1", nbytes=0):
     return {"kind": "late_write", "function": "ism0", "token": token, "conn": 1,
-            "moves": 1, "bytes": 0, "after_zeroed": after_zeroed}
+            "moves": 1, "bytes": nbytes, "after_zeroed": after_zeroed}
 
 
 class RecordedRuns(unittest.TestCase):
@@ -58,6 +58,20 @@ class Rules(unittest.TestCase):
         for stale, first in ((33, 0), (7, 32)):
             _, _, _, unexplained = reuse_verdict.judge([late(True), reused(2, stale, first)], {"late-cdc"})
             self.assertEqual(len(unexplained), 1, (stale, first))
+
+    def test_late_data_explains_no_more_stale_bytes_than_it_carried(self):
+        # CI's late-write on 7.3, 2026-12-04: the aborted sender's next 4 KiB chunk landed
+        # after the zeroing (3 moves, 4096 bytes), 4090 of them nonzero.
+        for stale, first in ((4090, 0), (4096, 100)):
+            _, _, explained, unexplained = reuse_verdict.judge(
+                [late(True, nbytes=4096), reused(2, stale, first)], {"late-cdc"})
+            self.assertEqual((len(explained), unexplained), (1, []), (stale, first))
+            self.assertIn("late writes (4096 bytes", explained[0])
+        for lines in ([late(True, nbytes=4096), reused(2, 4097)],
+                      [late(False, nbytes=4096), reused(2, 4090)],
+                      [late(True, nbytes=4096, token="0x2"), reused(2, 4090)]):
+            self.assertEqual(len(reuse_verdict.judge(lines, {"late-cdc"})[3]), 1, lines)
+            self.assertEqual(len(reuse_verdict.judge(lines, set())[3]), 1, lines)
 
     def test_a_late_write_into_another_dmb_explains_nothing(self):
         lines = [late(True, token="0x2"), reused(2, 7, token="0x1")]
