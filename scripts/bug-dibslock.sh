@@ -65,7 +65,7 @@ one_run() {
         # The probe never returned and the kernel printed nothing: where are b's CPUs?
         # (ismtest.modsyms names the module code; the event queue bug of section 1,
         # scripts/bug-ieqnull.sh, spins in ism_handle_event.)
-        guest_where_now b
+        guest_where_now b --stack 512
         topo_cleanup
         DETAIL="b's probe did not return within 90 s and its kernel printed nothing (not the lock report): $WHERE"
         return

@@ -55,25 +55,17 @@ mkdir -p "$BUG_DIR"
 # client waits for a, which only the LAST boot starts. Sets BOOT to hang, probed or none
 # (b never reached its probe), and WHERE for a hang.
 boot_b() {
-    local last="$1" t0
+    local last="$1"
     BOOT=none WHERE=""
     EMU_EXTRA=(--fault 'reg-ieq-event@ism1,peer=ism0,next=1')
     emu_start 2
     GUEST_SMP=2 GUEST_CPUS="${IEQ_CPUS-}" GUEST_APPEND_EXTRA="ismtest.bindlate=1 ismtest.modsyms=1" \
         guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off \
         smctest echo client --host=10.0.0.1 --conns=1 --rounds=10 --connect-timeout=120 --io-timeout=30
-    t0=$SECONDS
-    until grep -q '^ISMTEST: BIND' "$RUN_DIR/b.console.log" 2>/dev/null || [ $((SECONDS - t0)) -ge 120 ]; do
-        sleep 0.5
-    done
-    grep -q '^ISMTEST: BIND' "$RUN_DIR/b.console.log" 2>/dev/null || return 0
-    t0=$SECONDS
-    until grep -q '^ISMTEST: ISM ' "$RUN_DIR/b.console.log" 2>/dev/null || [ $((SECONDS - t0)) -ge "$IEQ_PROBE_S" ]; do
-        sleep 0.5
-    done
-    if ! grep -q '^ISMTEST: ISM ' "$RUN_DIR/b.console.log"; then
+    wait_console b '^ISMTEST: BIND' 120 || return 0
+    if ! wait_console b '^ISMTEST: ISM ' "$IEQ_PROBE_S"; then
         BOOT=hang
-        guest_where_now b
+        guest_where_now b --stack 512
         return 0
     fi
     BOOT=probed
@@ -88,7 +80,7 @@ boot_b() {
 # one_run: sets VERDICT (BUG, FIXED, OTHER) and DETAIL; boot k's logs in RUN_DIR/boot<k>.
 one_run() {
     VERDICT=OTHER DETAIL=""
-    local base="$RUN_DIR" k fired probed=0 reports=""
+    local base="$RUN_DIR" k fired probed=0 reports="" stack
     ECHO_RC=1
     for ((k = 1; k <= IEQ_BOOTS; k++)); do
         RUN_DIR="$base/boot$k"
@@ -104,10 +96,10 @@ one_run() {
                 # A CPU spinning with interrupts off, the handler on its stack (the loop
                 # spends most of its time in debug_event() and, on the debug kernel,
                 # lockdep, where the samples land).
-                if grep -q '(run, irqs-off' "$base/boot$k/b.where.txt" &&
-                    grep -qE '^stack cpu [0-9]+: .*(ism_handle_event|ism_handle_irq)' "$base/boot$k/b.where.txt"; then
+                stack="$(grep -m1 -E '^stack cpu [0-9]+: .*(ism_handle_event|ism_handle_irq)' "$base/boot$k/b.where.txt")" || true
+                if grep -q '(run, irqs-off' "$base/boot$k/b.where.txt" && [ -n "$stack" ]; then
                     VERDICT=BUG
-                    DETAIL="boot $k of $IEQ_BOOTS: b's probe did not return within $IEQ_PROBE_S s, the rule fired ($fired), b's CPUs: $WHERE; $(grep -E '^stack cpu' "$base/boot$k/b.where.txt" | grep -E 'ism_handle_(event|irq)' | head -n 1 | cut -c1-200) (boot$k/b.where.txt)"
+                    DETAIL="boot $k of $IEQ_BOOTS: b's probe did not return within $IEQ_PROBE_S s, the rule fired ($fired), b's CPUs: $WHERE; ${stack:0:200} (boot$k/b.where.txt)"
                 else
                     DETAIL="boot $k: b's probe hung elsewhere: $WHERE"
                 fi

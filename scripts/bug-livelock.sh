@@ -110,8 +110,7 @@ one_run() {
     ! grep -qE 'ism1 .*client disconnected' "$RUN_DIR/emulator.log"
     record_check reader_got_no_gid_event $? "b's function stayed attached: no GID event to a" || true
     # Where is a's CPU?
-    python3 "$REPO_ROOT/scripts/guest_where.py" "$RUN_DIR/a.monitor" "$(kernel_dir)/System.map" \
-        --console "$RUN_DIR/a.console.log" --samples 20 --interval 0.1 >"$RUN_DIR/a.where.txt" 2>&1 || true
+    guest_where_now a
     # The vCPU with the most samples in the receive loop (the only one, with GUEST_SMP=1):
     # its sample count, how many were in wait state, how many in the loop.
     local cpu samples waits inloop summary

@@ -216,9 +216,7 @@ run_kill_return() {
             warn "kill-return: survivor $sv missed the abort of round $r; booting a new one"
             tr -d '\r' <"$RUN_DIR/$sv.console.log" | tail -n 8 | sed "s/^/  $sv: /" >&2
             # Where its CPU is, before it goes: the kernel function it is stuck in.
-            python3 "$REPO_ROOT/scripts/guest_where.py" "$RUN_DIR/$sv.monitor" "$(kernel_dir)/System.map" \
-                --console "$RUN_DIR/$sv.console.log" --samples 20 --interval 0.1 \
-                >"$RUN_DIR/$sv.where.txt" 2>&1 || true
+            guest_where_now "$sv"
             sed "s/^/  $sv where: /" "$RUN_DIR/$sv.where.txt" >&2
             lost_rounds+=("$r")
             pid="$(cat "$RUN_DIR/$sv.qemu.pid" 2>/dev/null)" && kill -KILL "$pid" 2>/dev/null || true

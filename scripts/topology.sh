@@ -192,9 +192,10 @@ guest_start() {
     # A guest still running 20 s before its timeout is stuck: where its CPUs are goes to
     # RUN_DIR/NAME.where.txt before the timeout stops it (guest_wait prints it).
     if [ "$timeout" -gt 60 ]; then
-        python3 "$REPO_ROOT/scripts/guest_where.py" "$RUN_DIR/$name.monitor" \
-            "$(kernel_dir "${GUEST_LINE:-$KERNEL}")/System.map" --console "$RUN_DIR/$name.console.log" \
-            --samples 10 --interval 0.2 --after $((timeout - 20)) --while-pid "$pid" \
+        # (python3 itself in the background, not a subshell: topo_cleanup's TERM ends it)
+        local _gw
+        guest_where_argv "$name"
+        "${_gw[@]}" --samples 10 --interval 0.2 --after $((timeout - 20)) --while-pid "$pid" \
             >"$RUN_DIR/$name.where.txt" 2>&1 &
         _topo_pids+=("$!")
     fi
@@ -368,14 +369,32 @@ pair_verdict() {
     return "$ok"
 }
 
-# guest_where_now NAME: samples where guest NAME's vCPUs are (scripts/guest_where.py:
-# 20 samples 0.1 s apart, named from the kernel's System.map and the console's MODSYM
-# lines) into RUN_DIR/NAME.where.txt, and sets WHERE to its summary lines ("cpu N: k/n
-# samples in FUNCTION", joined by "; "). For a guest that stopped answering.
+# wait_console NAME ERE SECONDS: until guest NAME's console has a line matching ERE; 1
+# if SECONDS pass first.
+wait_console() {
+    local t0=$SECONDS
+    until grep -qE -- "$2" "$RUN_DIR/$1.console.log" 2>/dev/null; do
+        [ $((SECONDS - t0)) -lt "$3" ] || return 1
+        sleep 0.5
+    done
+}
+
+# guest_where_argv NAME: sets _gw to the command of scripts/guest_where.py on guest NAME
+# (its monitor, its kernel's System.map, its console's MODSYM lines), options to follow.
+guest_where_argv() {
+    _gw=(python3 "$REPO_ROOT/scripts/guest_where.py" "$RUN_DIR/$1.monitor"
+        "$(kernel_dir "${GUEST_LINE:-$KERNEL}")/System.map" --console "$RUN_DIR/$1.console.log")
+}
+
+# guest_where_now NAME [ARGS...]: samples where guest NAME's vCPUs are (20 samples 0.1 s
+# apart, and ARGS, e.g. --stack WORDS) into RUN_DIR/NAME.where.txt, and sets WHERE to its
+# summary lines ("cpu N: k/n samples in FUNCTION", joined by "; "). For a guest that
+# stopped answering.
 guest_where_now() {
-    local name="$1"
-    python3 "$REPO_ROOT/scripts/guest_where.py" "$RUN_DIR/$name.monitor" "$(kernel_dir)/System.map" \
-        --console "$RUN_DIR/$name.console.log" --samples 20 --interval 0.1 --stack 512 >"$RUN_DIR/$name.where.txt" 2>&1 || true
+    local name="$1" _gw
+    shift
+    guest_where_argv "$name"
+    "${_gw[@]}" --samples 20 --interval 0.1 "$@" >"$RUN_DIR/$name.where.txt" 2>&1 || true
     WHERE="$(grep -E '^cpu [0-9]+:' "$RUN_DIR/$name.where.txt" | paste -sd ';' | sed 's/;/; /g')"
     [ -n "$WHERE" ] || WHERE="no sample ($(head -n 1 "$RUN_DIR/$name.where.txt"))"
 }
