@@ -59,37 +59,59 @@ def monitor(path, *commands, timeout=5.0):
 
 
 def load_symbols(path, console=None):
-    kernel, modules, stext = [], [], None
+    """The symbol table (addresses, names) and where code is: the kernel's text, moved by
+    the guest's KASLR offset when its console says where _stext is, and each module's
+    (named by its MODSYM lines when the guest printed them, by its MODULE line else)."""
+    kernel, modules, bases, stext = [], [], [], None
     for line in open(path):
         parts = line.split()
         if len(parts) >= 3 and parts[1].lower() in ("t", "w"):
             kernel.append((int(parts[0], 16), parts[2]))
             if parts[2] == "_stext":
                 stext = int(parts[0], 16)
-    shift = 0
+    shift = None
     if console:
         for line in open(console, errors="replace"):
             parts = line.replace("\r", "").split()
+            if len(parts) < 5 or parts[0] != "ISMTEST:":
+                continue
             # ISMTEST: MODSYM <addr> <type> <name> [[<module>]]
-            if len(parts) >= 5 and parts[1] == "MODSYM" and parts[3].lower() in ("t", "w"):
+            if parts[1] == "MODSYM" and parts[3].lower() in ("t", "w"):
                 if len(parts) == 5 and parts[4] == "_stext" and stext is not None:
                     shift = int(parts[2], 16) - stext   # KASLR: where the kernel really is
                 elif len(parts) >= 6:
                     modules.append((int(parts[2], 16), f"{parts[4]}{parts[5]}"))
-    syms = sorted([(a + shift, n) for a, n in kernel] + modules)
-    # Where code is: the kernel's text and the span of the modules' (for --stack).
+            # ISMTEST: MODULE <name> <text address> <size>
+            elif parts[1] == "MODULE":
+                try:
+                    bases.append((int(parts[3], 16), int(parts[4]), parts[2]))
+                except ValueError:
+                    pass
     ranges = []
-    ktext = [a + shift for a, n in kernel if n in ("_stext", "_etext")]
-    if len(ktext) == 2:
-        ranges.append((min(ktext), max(ktext)))
-    if modules:
+    if shift is not None:
+        ktext = [a + shift for a, n in kernel if n in ("_stext", "_etext")]
+        if len(ktext) == 2:
+            ranges.append((min(ktext), max(ktext)))
+    else:
+        # Without the offset, a System.map name would be a guess that looks like a fact
+        # (every address beyond the map's last text symbol would take its name).
+        kernel = []
+    named = {n.split("[")[-1].rstrip("]") for _, n in modules}
+    for base, size, name in bases:
+        ranges.append((base, base + size))
+        if name not in named:
+            modules.append((base, f"[{name}]"))
+    if modules and not bases:
         ranges.append((min(a for a, _ in modules), max(a for a, _ in modules) + 0x1000))
-    return [a for a, _ in syms], [n for _, n in syms], ranges
+    syms = sorted([(a + (shift or 0), n) for a, n in kernel] + modules)
+    return [a for a, _ in syms], [n for _, n in syms], ranges, shift is not None
 
 
-def symbolize(addrs, names, addr):
+def symbolize(addrs, names, addr, ranges=None):
+    """FUNCTION+OFFSET, or the bare address when it is in no code the guest named (the
+    lowcore, a wait PSW's address, a kernel whose offset is not known)."""
     i = bisect.bisect_right(addrs, addr) - 1
-    if i < 0:
+    if i < 0 or (ranges is not None and not any(lo <= addr < hi for lo, hi in ranges)):
         return f"{addr:#x}"
     return f"{names[i]}+{addr - addrs[i]:#x}"
 
@@ -125,7 +147,9 @@ def main():
         return 0
     if args.after:
         print(f"guest_where: still running {args.after:.0f} s after the start")
-    addrs, names, ranges = load_symbols(args.system_map, args.console)
+    addrs, names, ranges, placed = load_symbols(args.system_map, args.console)
+    if not placed:
+        print("guest_where: the console names no _stext (ISMTEST: MODSYM): kernel addresses stay numbers")
     seen, sps = {}, {}
     for n in range(args.samples):
         try:
@@ -142,12 +166,12 @@ def main():
                 continue
             c = int(cpu.group(1)) if cpu else 0
             mask, addr = int(psw.group(1), 16), int(psw.group(2), 16)
-            where = symbolize(addrs, names, addr)
+            where = symbolize(addrs, names, addr, ranges)
             # PSW mask: 0x02.. I/O and 0x01.. external interrupts enabled; 0x0002.. wait state.
             state = "wait" if mask & 0x0002000000000000 else "run"
             irq = "irqs-on" if mask & 0x0300000000000000 else "irqs-off"
             r14 = R14_RE.search(block)
-            caller = f" from {symbolize(addrs, names, int(r14.group(1), 16))}" if r14 else ""
+            caller = f" from {symbolize(addrs, names, int(r14.group(1), 16), ranges)}" if r14 else ""
             print(f"sample {n} cpu {c}: {where} ({state}, {irq}, psw mask {mask:#018x}){caller}")
             r15 = R15_RE.search(block)
             if r15 and state == "run":
@@ -182,7 +206,7 @@ def stack_code(path, cpu, sp, words, addrs, names, ranges):
             except ValueError:
                 continue
             if any(lo <= v < hi for lo, hi in ranges):
-                fn = symbolize(addrs, names, v).split("+")[0]
+                fn = symbolize(addrs, names, v, ranges).split("+")[0]
                 if fn not in out:
                     out.append(fn)
     return out

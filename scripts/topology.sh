@@ -295,7 +295,7 @@ guest_wait() {
         warn "guest $name: QEMU ended with status $rc; last console lines:"
         tail -n 40 "$log" >&2 || true
         cat "$RUN_DIR/$name.run.log" >&2 || true
-        grep -E '^(guest_where|cpu [0-9]+:)' "$RUN_DIR/$name.where.txt" >&2 2>/dev/null || true
+        grep -E '^(guest_where|sample 0 |cpu [0-9]+:)' "$RUN_DIR/$name.where.txt" >&2 2>/dev/null || true
         record_check "guest_$name" 1 "QEMU ended with status $rc" "$(tail -n 5 "$log" 2>/dev/null)" \
             "$(grep -E '^cpu [0-9]+:' "$RUN_DIR/$name.where.txt" 2>/dev/null | paste -sd ';')"
         return 1
