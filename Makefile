@@ -21,7 +21,7 @@ CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ism-emu
 BUILD_DIR ?= $(CURDIR)/build
 export CACHE_DIR BUILD_DIR
 
-.PHONY: all deps images images-all images-test qemu qemu-asan qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke e2e \
+.PHONY: all deps images images-all images-test qemu qemu-asan qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
 	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull hops coverage chaos lint clean \
@@ -88,6 +88,7 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	python3 scripts/test_reuse_verdict.py
 	python3 scripts/test_chaos.py
 	python3 scripts/test_kernel_reports.py
+	python3 scripts/test_guest_where.py
 	python3 scripts/test_coverage.py
 	python3 scripts/test_bench_guests.py
 	python3 scripts/test_check_links.py
@@ -101,6 +102,11 @@ lint: deps ## cargo fmt --check, clippy, and the Markdown's links (scripts/check
 # The QEMU patch series against a logging vfio-user stub (no emulator involved).
 qemu-smoke: images ## the QEMU patches against a logging stub, the series' qtest and functional test
 	qemu-configs/tests/pcistb-smoke.sh
+
+# A stock TCG deadlock the series fixes (s390x-sigp-exclusive): a guest powering off while
+# its other CPU changes page tables must power off, every boot.
+qemu-sigp: images ## the SIGP STOP deadlock check: guests power off while another CPU flushes TLBs (8 boots)
+	qemu-configs/tests/sigp-stop.sh
 
 # The end-to-end suite on the selected kernel line and variant.
 e2e: images emulator ## the end-to-end suite: two guests, one guest to itself, a guest killed mid-stream, the socket API, SMC-Dv1, VLAN
@@ -147,7 +153,7 @@ readme-check: images emulator ## README's tested command blocks, run as written
 # make test's topologies: v1 and vlan run in make e2e already; loopback needs its own
 # kernel variant, built on top of the fresh-root check's time: .ci/run runs it on the host.
 test: TOPO_CASES = chid-both chid-one chid-none mixed-510-73 mixed-73-510 mixed-61-612 mixed-612-61 mixed-612-73
-test: lint unit cli-check qemu-smoke e2e topologies faults e2e-variants e2e-matrix results-check shell-check readme-check ## lint, unit, cli-check, qemu-smoke, e2e, topologies, faults, variants, matrix, results, shell, README (CI's)
+test: lint unit cli-check qemu-smoke qemu-sigp e2e topologies faults e2e-variants e2e-matrix results-check shell-check readme-check ## lint, unit, cli-check, qemu-smoke, qemu-sigp, e2e, topologies, faults, variants, matrix, results, shell, README (CI's)
 
 # Every script's --help, usage errors and exit codes (scripts/cli-check.sh): no guest boots.
 cli-check: ## the scripts' command lines: --help, usage errors, exit codes
