@@ -321,12 +321,30 @@ def finding(out, index, plan, run_dir, broke, confirmed, shrunk, shrunk_dir, tri
     return line
 
 
-def campaign(plans, out, shrink_max):
-    failed = 0
-    # A failure already kept as a finding in this campaign is not replayed and shrunk
-    # again (a report that comes in many rounds would spend the campaign on itself): its
-    # round is listed under the finding.
+def known_findings(out):
+    """The failures kept as findings in OUT by earlier runs (a campaign run in parts
+    shares its OUT): failure key -> finding id. A finding's finding.txt is its SUMMARY
+    line, then the broken invariants as JSON."""
     known = {}
+    root = os.path.join(out, "findings")
+    for fid in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+        try:
+            with open(os.path.join(root, fid, "finding.txt")) as f:
+                f.readline()
+                broke = json.loads(f.read())
+        except (OSError, ValueError):
+            continue
+        if isinstance(broke, dict) and broke:
+            known.setdefault(failure_key(broke), fid)
+    return known
+
+
+def campaign(plans, out, shrink_max, known=None):
+    failed = 0
+    # A failure already kept as a finding (in this run, or in OUT by an earlier part of
+    # the campaign: KNOWN) is not replayed and shrunk again (a report that comes in many
+    # rounds would spend the campaign on itself): its round is listed under the finding.
+    known = dict(known or {})
     for index, plan in plans:
         run_dir = os.path.join(out, "rounds", f"{index:03d}-{plan['seed']:08x}")
         broke, secs = run_round(plan, run_dir)
@@ -398,7 +416,13 @@ def main(argv):
         for index, plan in plans:
             print(f"round {index}: {describe(plan)}")
         return 0
-    failed = campaign(plans, os.path.abspath(args.out), args.shrink_max)
+    # A replay (--plan, --round-seed) runs its round whatever is known; a campaign skips
+    # the replay and shrinking of failures its earlier parts kept.
+    known = known_findings(os.path.abspath(args.out)) if not (args.plan or args.round_seed is not None) else {}
+    if known:
+        print(f"chaos: {len(known)} failure(s) already kept in {os.path.join(os.path.abspath(args.out), 'findings')}"
+              " are listed, not replayed, when they come again", flush=True)
+    failed = campaign(plans, os.path.abspath(args.out), args.shrink_max, known)
     print(f"chaos: {len(plans) - failed} of {len(plans)} rounds held"
           + (f"; findings: {os.path.join(os.path.abspath(args.out), 'findings', 'SUMMARY')}" if failed else ""))
     return 1 if failed else 0

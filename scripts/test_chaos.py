@@ -70,6 +70,19 @@ class Drawing(unittest.TestCase):
         self.assertNotEqual(chaos.failure_key(first), chaos.failure_key(other))
         self.assertNotEqual(chaos.failure_key(first), chaos.failure_key({**first, "data": ["a: x"]}))
 
+    def test_findings_of_an_earlier_part_are_known_by_their_key(self):
+        broke = {"kernel": ["a: lockdep: WARNING: possible circular locking dependency detected [x y]"]}
+        with tempfile.TemporaryDirectory() as out:
+            os.makedirs(os.path.join(out, "findings", "0000002a-seq"))
+            os.makedirs(os.path.join(out, "findings", "0000002b-seq"))   # no finding.txt: skipped
+            with open(os.path.join(out, "findings", "0000002a-seq", "finding.txt"), "w") as f:
+                f.write("0000002a-seq: kernel: ... | replay: ...\n" + json.dumps(broke, indent=1) + "\n")
+            known = chaos.known_findings(out)
+            self.assertEqual(known, {chaos.failure_key(broke): "0000002a-seq"})
+            again = {"kernel": ["b: lockdep: WARNING: possible circular locking dependency detected [x y]"]}
+            self.assertIn(chaos.failure_key(again), known)
+        self.assertEqual(chaos.known_findings("/nonexistent"), {})
+
     def test_other_seeds_draw_other_rounds(self):
         plans = {json.dumps(chaos.draw_round(chaos.round_seed(43, i)), sort_keys=True) for i in range(50)}
         self.assertGreater(len(plans), 45)
