@@ -24,13 +24,13 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu qemu-asan qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull hops coverage chaos lint clean \
+	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock hops coverage chaos lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|smcdterm-fix|ieqnull-fix|loopback|debug|dibslock-bug|debug-ieqnull-fix] [GCOV=1] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|smcdterm-fix|ieqnull-fix|vlanlock-fix|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix] [GCOV=1] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: docs/running.md (\"Targets and variables\"); defaults: scripts/config.sh."
@@ -308,6 +308,18 @@ bug-ieqnull: qemu emulator ## an event interrupt before the ism driver publishes
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
 	done; done
 	scripts/bug-ieqnull.sh $(foreach k,$(IEQNULL_LINES),$(k):debug $(k):debug-ieqnull-fix)
+
+# net/smc's VLAN refcount issues an ISM command under smcd->lock, which the interrupt
+# handler takes (docs/known-bugs.md, section 11; scripts/bug-vlanlock.sh,
+# guest-tests/kernel/patches/vlanlock-fix): the e2e vlan topology on each line of
+# VLANLOCK_LINES, lockdep's report on VARIANT=debug, none on VARIANT=debug-vlanlock-fix.
+# Not in make test or CI (the debug kernels' cold builds).
+VLANLOCK_LINES ?= 6.12
+bug-vlanlock: qemu emulator ## the VLAN refcount's ISM command under smcd->lock: lockdep's irq lock inversion without the fix (debug kernels)
+	for k in $(VLANLOCK_LINES); do for v in debug debug-vlanlock-fix; do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
+	done; done
+	scripts/bug-vlanlock.sh $(foreach k,$(VLANLOCK_LINES),$(k):debug $(k):debug-vlanlock-fix)
 
 # An event file's DMB lifecycles as a trace-event timeline for Perfetto's UI or
 # chrome://tracing, and a picture of it (docs/observer.md, "Timeline"). TIMELINE_EVENTS:
