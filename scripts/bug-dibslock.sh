@@ -27,14 +27,9 @@ source "$REPO_ROOT/scripts/topology.sh"
 help_and_no_options "$@"
 BUG_NAME="dibs GID event before dibs->lock is initialised"
 BUG_POINT="dibs_gid_event_before_the_lock_is_initialised"
-BUG_RUNS="${BUG_RUNS:-1}"
-BUG_DIR="${BUG_DIR:-$BUILD_DIR/bug-dibslock}"
 GUEST_TIMEOUT="${GUEST_TIMEOUT:-300}"
-targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(7.3:dibslock-bug 7.3:debug)
-bug_targets "${targets[@]}"
-need_packages guests
-mkdir -p "$BUG_DIR"
+BUG_DEFAULTS=(7.3:dibslock-bug 7.3:debug)
+bug_setup bug-dibslock "$@"
 
 # The lock checks' own words (kernel/locking/spinlock_debug.c spin_dump, lockdep.c
 # register_lock_class on a key not in static storage).

@@ -40,16 +40,11 @@ source "$REPO_ROOT/scripts/topology.sh"
 help_and_no_options "$@"
 BUG_NAME="ism: an event interrupt before the event queue is published"
 BUG_POINT="ism_event_interrupt_before_the_event_queue_is_published"
-BUG_RUNS="${BUG_RUNS:-1}"
-BUG_DIR="${BUG_DIR:-$BUILD_DIR/bug-ieqnull}"
 IEQ_BOOTS="${IEQ_BOOTS:-6}"
 IEQ_PROBE_S="${IEQ_PROBE_S:-30}"
 GUEST_TIMEOUT="${GUEST_TIMEOUT:-300}"
-targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(7.3:debug 7.3:debug-ieqnull-fix)
-bug_targets "${targets[@]}"
-need_packages guests
-mkdir -p "$BUG_DIR"
+BUG_DEFAULTS=(7.3:debug 7.3:debug-ieqnull-fix)
+bug_setup bug-ieqnull "$@"
 
 # boot_b LAST: one boot of b in RUN_DIR with a new emulator and the rule; b's echo
 # client waits for a, which only the LAST boot starts. Sets BOOT to hang, probed or none

@@ -30,13 +30,8 @@ source "$REPO_ROOT/scripts/topology.sh"
 help_and_no_options "$@"
 BUG_NAME="net/smc VLAN refcount issues an ISM command under smcd->lock"
 BUG_POINT="net_smc_vlan_refcount_issues_an_ism_command_under_smcd_lock"
-BUG_RUNS="${BUG_RUNS:-1}"
-BUG_DIR="${BUG_DIR:-$BUILD_DIR/bug-vlanlock}"
-targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(6.12:debug 6.12:debug-vlanlock-fix)
-bug_targets "${targets[@]}"
-need_packages guests
-mkdir -p "$BUG_DIR"
+BUG_DEFAULTS=(6.12:debug 6.12:debug-vlanlock-fix)
+bug_setup bug-vlanlock "$@"
 
 # bug_want KERNEL VARIANT (for bug_loop): the debug kernel has the order, the fix not.
 bug_want() { if [ "$2" = debug-vlanlock-fix ]; then echo FIXED; else echo BUG; fi; }

@@ -400,6 +400,21 @@ guest_where_now() {
 }
 
 # ---- known-bug scenarios (scripts/bug-*.sh) ---------------------------------------------
+# bug_setup SCRIPT [KERNEL:VARIANT...]: a scenario's common settings: BUG_RUNS (runs per
+# kernel, default 1), BUG_DIR (default BUILD_DIR/SCRIPT, made), the array targets (the
+# arguments, else the script's BUG_DEFAULTS), checked by bug_targets; the guests' packages.
+bug_setup() {
+    local script="$1"
+    shift
+    BUG_RUNS="${BUG_RUNS:-1}"
+    BUG_DIR="${BUG_DIR:-$BUILD_DIR/$script}"
+    targets=("$@")
+    [ ${#targets[@]} -gt 0 ] || targets=("${BUG_DEFAULTS[@]}")
+    bug_targets "${targets[@]}"
+    need_packages guests
+    mkdir -p "$BUG_DIR"
+}
+
 # bug_targets KERNEL:VARIANT...: a usage error unless each names a line and a variant the
 # project builds.
 bug_targets() {
