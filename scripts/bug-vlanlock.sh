@@ -39,7 +39,7 @@ bug_want() { if [ "$2" = debug-vlanlock-fix ]; then echo FIXED; else echo BUG; f
 # one_run: sets VERDICT (BUG, FIXED, OTHER) and DETAIL.
 one_run() {
     VERDICT=OTHER DETAIL=""
-    local rc=0 f reports="" first tmp
+    local rc=0 f first tmp reports=()
     # The topology's sockets live in its log directory, and a UNIX socket's path must be
     # shorter than 108 bytes: run it in a short temporary directory, keep its logs after.
     tmp="$(mktemp -d "${TMPDIR:-/tmp}/bug-vlanlock.XXXXXX")"
@@ -49,9 +49,9 @@ one_run() {
     cp -r "$tmp"/. "$RUN_DIR/e2e/" 2>/dev/null || true
     rm -rf "$tmp"
     for f in "$RUN_DIR"/e2e/vlan-*/[ab].kernel-reports.txt; do
-        [ -f "$f" ] && reports="$reports $f"
+        [ -f "$f" ] && reports+=("$f")
     done
-    for f in $reports; do
+    for f in "${reports[@]}"; do
         if grep -q 'irq lock inversion' "$f" && grep -q 'smcd->lock' "$f" && grep -q 'ism->cmd_lock' "$f"; then
             VERDICT=BUG
             DETAIL="guest ${f##*/}: lockdep: $(grep -m1 -oE '\(&smcd->lock\)[^,]*, at: [^ ]+' "$f" || true) took (&ism->cmd_lock) in the past (HARDIRQ-unsafe)"
@@ -59,9 +59,8 @@ one_run() {
             return
         fi
     done
-    if [ -n "$reports" ]; then
-        # shellcheck disable=SC2086 # a list of paths without spaces
-        first="$(grep -h -m1 -E '^  ' $reports | head -n 1 | sed 's/^ *//' || true)"
+    if [ ${#reports[@]} -gt 0 ]; then
+        first="$(grep -h -m1 -E '^  ' "${reports[@]}" | head -n 1 | sed 's/^ *//' || true)"
         DETAIL="another kernel report: $first"
     elif [ "$rc" -eq 0 ]; then
         VERDICT=FIXED

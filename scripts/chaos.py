@@ -418,13 +418,14 @@ def main(argv):
         return 0
     # A replay (--plan, --round-seed) runs its round whatever is known; a campaign skips
     # the replay and shrinking of failures its earlier parts kept.
-    known = known_findings(os.path.abspath(args.out)) if not (args.plan or args.round_seed is not None) else {}
+    out = os.path.abspath(args.out)
+    known = known_findings(out) if not (args.plan or args.round_seed is not None) else {}
     if known:
-        print(f"chaos: {len(known)} failure(s) already kept in {os.path.join(os.path.abspath(args.out), 'findings')}"
+        print(f"chaos: {len(known)} failure(s) already kept in {os.path.join(out, 'findings')}"
               " are listed, not replayed, when they come again", flush=True)
-    failed = campaign(plans, os.path.abspath(args.out), args.shrink_max, known)
+    failed = campaign(plans, out, args.shrink_max, known)
     print(f"chaos: {len(plans) - failed} of {len(plans)} rounds held"
-          + (f"; findings: {os.path.join(os.path.abspath(args.out), 'findings', 'SUMMARY')}" if failed else ""))
+          + (f"; findings: {os.path.join(out, 'findings', 'SUMMARY')}" if failed else ""))
     return 1 if failed else 0
 
 
