@@ -92,6 +92,7 @@ unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
 	python3 scripts/test_coverage.py
 	python3 scripts/test_bench_guests.py
 	python3 scripts/test_check_links.py
+	python3 qemu-configs/tests/test_stb_sweep_rule.py
 	/usr/bin/python3 scripts/test_timeline.py
 
 lint: deps ## cargo fmt --check, clippy, and the Markdown's links (scripts/check_links.py)

@@ -16,6 +16,9 @@ response length the Linux driver expects. Rejected with an error reply:
     condition code whatever the errno, also the errnos QEMU's own helpers use for their
     own outcomes;
   - with --reject-cmd N: the header store of command N (EINVAL, response ret 0xFFFF).
+MSI-X has one vector: its table (16 bytes) at BAR 4 offset 0, its PBA (8 bytes) at BAR 4
+offset 0x800; with --msix-split the PBA is at BAR 2 offset 0 instead, so that the table
+is the only MSI-X structure in BAR 4 (as a vfio-pci function may have it).
 A BAR 0 write at offset SF+0xa80 is answered as a short write (the reply's count is one
 less than the write's).
 
@@ -59,6 +62,8 @@ SF+0xf00 (MIS_OFFSET), on whichever connection the request came (logged "MISBEHA
                  same message ID (after QEMU's 16-bit IDs wrapped), logged "ALIAS".
                  A client that let a new request take the ID of one whose late reply
                  may still come would take that error for the new request's answer.
+With --never-answer OFFSET, a waited BAR 0 write at OFFSET gets no reply at all (each
+times out in QEMU); at the end the stub logs "never answered: N requests".
 With --refuse-waited-channel, the stub announces x_waited_channel but answers
 VFIO_USER_X_WAITED_CHANNEL with an error (EINVAL). With --unsolicited-caps, its VERSION
 reply carries capabilities the client did not propose: x_waited_channel (whether or not
@@ -79,7 +84,8 @@ Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN] [--di
                       [--stall-on OFFSET [--stall-secs S] [--die-after-stall]]
                       [--slow-on OFFSET [--slow-secs S]] [--waited-channel]
                       [--misbehave MODE [--trickle-secs S]] [--refuse-waited-channel]
-                      [--unsolicited-caps] [--no-msix] [--dma-read [--dma-read-wait S]]
+                      [--unsolicited-caps] [--no-msix] [--msix-split]
+                      [--dma-read [--dma-read-wait S]]
 """
 import argparse, array, json, os, select, socket, struct, time
 
@@ -111,8 +117,13 @@ ap.add_argument("--refuse-waited-channel", action="store_true",
                 help="announce x_waited_channel, then refuse VFIO_USER_X_WAITED_CHANNEL")
 ap.add_argument("--unsolicited-caps", action="store_true",
                 help="answer VERSION with capabilities the client did not propose")
+ap.add_argument("--never-answer", type=lambda s: int(s, 0), default=None,
+                help="never reply to a waited BAR 0 write at this offset (each times out)")
 ap.add_argument("--no-msix", action="store_true",
                 help="no MSI-X capability (s390x requires one: QEMU must refuse the plug)")
+ap.add_argument("--msix-split", action="store_true",
+                help="the MSI-X PBA at BAR 2 offset 0, not at BAR 4 offset 0x800 (the table "
+                     "stays at BAR 4 offset 0, alone in its BAR)")
 ap.add_argument("--dma-read", action="store_true",
                 help="answer a write at SF+0x1c00 with a DMA_READ of the buffer it names")
 ap.add_argument("--dma-read-wait", type=float, default=1.0,
@@ -143,6 +154,7 @@ prev_mid = None                                       # ID of the request answer
 withheld = None                                       # late-error: (ID, cmd) of the withheld reply
 max_gap = 0                                           # late-error: messages seen since it
 held = {}                                             # DMB -> errno of a held failure
+never_answered = 0                                    # --never-answer: requests left so
 BAR_SIZES = {0: 1 << 24, 2: 4096, 4: 4096}
 CONFIG_REGION = 7
 # response lengths of the ISM commands that have a payload (others: 8)
@@ -159,6 +171,8 @@ cfg[0x40:0x42] = bytes([0x05, 0x50])                  # MSI, next 0x50
 struct.pack_into("<H", cfg, 0x42, 0x80)               # 64-bit, 1 vector
 cfg[0x50:0x52] = bytes([0x11, 0x00])                  # MSI-X, last
 struct.pack_into("<HII", cfg, 0x52, 0, 4, 0x800 | 4)  # 1 entry; table BAR4+0, PBA BAR4+0x800
+if args.msix_split:
+    struct.pack_into("<I", cfg, 0x58, 0 | 2)          # PBA BAR2+0
 if args.no_msix:
     cfg[0x41] = 0x00                                  # MSI is the last capability
     cfg[0x50:0x5a] = bytes(10)
@@ -384,7 +398,7 @@ def serve_one():
 
 
 def serve_command(mid, cmd, posted, body):
-    global posted_now
+    global posted_now, never_answered
     posted_now = posted
     if cmd == 1:                                      # VERSION
         log("VERSION client " + body[4:].rstrip(b"\0").decode(errors="replace"))
@@ -422,7 +436,9 @@ def serve_command(mid, cmd, posted, body):
         off, reg, cnt = struct.unpack_from("<QII", body)
         err = region_write(reg, off, body[16:16 + cnt])
         if not posted:
-            if reg == 0 and off == MIS_OFFSET and args.misbehave:
+            if reg == 0 and off == args.never_answer:
+                never_answered += 1
+            elif reg == 0 and off == MIS_OFFSET and args.misbehave:
                 misbehave(mid, cmd, struct.pack("<QII", off, reg, cnt))
             elif err:
                 reply(mid, cmd, err=err)
@@ -455,5 +471,7 @@ while True:
         break
 if args.waited_channel:
     log(f"waited channel: {waited_requests} requests")
+if args.never_answer is not None:
+    log(f"never answered: {never_answered} requests")
 if withheld is not None:
     log(f"withheld reply 0x{withheld[0]:x} never sent: no request took its ID in {max_gap} messages")

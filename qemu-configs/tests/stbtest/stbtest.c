@@ -136,22 +136,32 @@ static void stbtest_queue(struct pci_dev *pdev)
 /*
  * sweep=1: PCISTB of every shape against every address space of the function:
  * pcias 0-5 (the BARs; the stub implements 0, 2 and 4, with the MSI-X table at BAR 4
- * offset 0 and the PBA at 0x800), 6, 7 and 15 (no BAR); lengths around the default
- * group's 128-byte buffer and ISM's 4096; offsets aligned and not, onto and across
- * the MSI-X table and the PBA, at and beyond a BAR's end. Prints one line per address
- * space and offset with the rc of each length, in the order of lens[];
- * pcistb-smoke.sh compares each rc with the architecture's rule. From a buffer
- * aligned to 8 bytes, as the generic path demands.
+ * offset 0 and the PBA at 0x800, or with --msix-split at BAR 2 offset 0), 6, 7 and 15
+ * (no BAR); lengths around the default group's 128-byte buffer and ISM's 4096; offsets
+ * aligned and not, onto and across the MSI-X table and the PBA, at and beyond a BAR's
+ * end, and just below 2^64, where offset + length wraps (QEMU compared that 64-bit sum
+ * with a subregion's end and dispatched such an access to the MSI-X table). Prints one
+ * line per address space and offset with the rc of each length, in the order of
+ * lens[]; pcistb-smoke.sh compares each rc with the architecture's rule
+ * (stb-sweep-rule.py). From a buffer aligned to 8 bytes, as the generic path demands.
+ * Then the same for PCI LOAD and PCI STORE (stbtest_lgsg()).
  */
 static bool sweep;
 module_param(sweep, bool, 0444);
+
+/*
+ * Offsets just below 2^64: 2^64 - 4, - 8, - 16 (also 2^64 minus the stub's MSI-X table
+ * size, 16 bytes), - 128, and 2^64 - 0x800 (minus the PBA's offset in BAR 4).
+ */
+#define NEAR_2_64 0xfffffffffffffffcULL, 0xfffffffffffffff8ULL, 0xfffffffffffffff0ULL, \
+		  0xffffffffffffff80ULL, 0xfffffffffffff800ULL
+static const int sweep_spaces[] = { 0, 1, 2, 3, 4, 5, 6, 7, 15 };
 
 static void stbtest_sweep(struct pci_dev *pdev)
 {
 	static const int lens[] = { 1, 8, 16, 128, 129, 136, 1024, 4095, 4096, 4097, 8191 };
 	static const u64 offs[] = { 0x0, 0x3, 0x8, 0x7f8, 0x800, 0x804, 0xff8, 0x1000,
-				    0xfff000, 0x1000000 };
-	static const int spaces[] = { 0, 1, 2, 3, 4, 5, 6, 7, 15 };
+				    0xfff000, 0x1000000, NEAR_2_64 };
 	struct zpci_dev *zdev = to_zpci(pdev);
 	const char *n = pci_name(pdev);
 	int a, o, l, rc, stores = 0;
@@ -163,22 +173,68 @@ static void stbtest_sweep(struct pci_dev *pdev)
 	for (l = 0; l < 4 * PAGE_SIZE; l++)
 		buf[l] = l & 0xff;
 	/* one line per address space and offset, the rcs in the order of lens[] */
-	for (a = 0; a < ARRAY_SIZE(spaces); a++)
+	for (a = 0; a < ARRAY_SIZE(sweep_spaces); a++)
 		for (o = 0; o < ARRAY_SIZE(offs); o++) {
 			char line[128];
 			int pos = 0;
 
 			for (l = 0; l < ARRAY_SIZE(lens); l++) {
-				rc = stb(zdev, spaces[a], offs[o], buf, lens[l]);
+				rc = stb(zdev, sweep_spaces[a], offs[o], buf, lens[l]);
 				pos += scnprintf(line + pos, sizeof(line) - pos, "%s%d",
 						 l ? "," : "", rc);
 				stores++;
 			}
-			pr_info("STBT: %s SW as=%d off=0x%llx rc=%s\n", n, spaces[a],
+			pr_info("STBT: %s SW as=%d off=0x%llx rc=%s\n", n, sweep_spaces[a],
 				offs[o], line);
 		}
 	pr_info("STBT: %s SWEEP done stores=%d\n", n, stores);
 	free_pages((unsigned long)buf, 2);
+}
+
+/*
+ * The sweep of PCI LOAD (__zpci_load()) and PCI STORE (__zpci_store()): lengths 1, 2,
+ * 4 and 8 at a few offsets in and beyond the BARs, onto the MSI-X table and the PBA,
+ * and at the offsets just below 2^64, against every address space of sweep_spaces[].
+ * Prints, per address space and offset, a line of the loads' rcs and one of the
+ * stores', each in the order of lens[]:
+ *   STBT: <function> LG as=<pcias> off=0x<offset> rc=<len 1>,<2>,<4>,<8>
+ *   STBT: <function> SG as=<pcias> off=0x<offset> rc=<len 1>,<2>,<4>,<8>
+ * and at the end "STBT: <function> LGSG done loads=<n> stores=<n>". Each store writes
+ * back what the load of the same length there read (0 where the load failed), so that
+ * the stores change neither the configuration space nor the MSI-X table.
+ */
+static void stbtest_lgsg(struct pci_dev *pdev)
+{
+	static const int lens[] = { 1, 2, 4, 8 };
+	static const u64 offs[] = { 0x0, 0x8, 0x800, 0xff8, 0x1000, NEAR_2_64 };
+	struct zpci_dev *zdev = to_zpci(pdev);
+	const char *n = pci_name(pdev);
+	int a, o, l, loads = 0, stores = 0;
+
+	for (a = 0; a < ARRAY_SIZE(sweep_spaces); a++)
+		for (o = 0; o < ARRAY_SIZE(offs); o++) {
+			u64 data[ARRAY_SIZE(lens)];
+			int rc[ARRAY_SIZE(lens)];
+
+			for (l = 0; l < ARRAY_SIZE(lens); l++) {
+				data[l] = 0;
+				rc[l] = __zpci_load(&data[l], ZPCI_CREATE_REQ(zdev->fh,
+						    sweep_spaces[a], lens[l]), offs[o]);
+				if (rc[l])
+					data[l] = 0;
+				loads++;
+			}
+			pr_info("STBT: %s LG as=%d off=0x%llx rc=%d,%d,%d,%d\n", n,
+				sweep_spaces[a], offs[o], rc[0], rc[1], rc[2], rc[3]);
+			for (l = 0; l < ARRAY_SIZE(lens); l++) {
+				rc[l] = __zpci_store(data[l], ZPCI_CREATE_REQ(zdev->fh,
+						     sweep_spaces[a], lens[l]), offs[o]);
+				stores++;
+			}
+			pr_info("STBT: %s SG as=%d off=0x%llx rc=%d,%d,%d,%d\n", n,
+				sweep_spaces[a], offs[o], rc[0], rc[1], rc[2], rc[3]);
+		}
+	pr_info("STBT: %s LGSG done loads=%d stores=%d\n", n, loads, stores);
 }
 
 /*
@@ -214,6 +270,30 @@ static void stbtest_alias(struct pci_dev *pdev)
 		failed, wfailed, ktime_ms_delta(ktime_get(), t0));
 }
 
+/*
+ * unanswered_uid=N: for the function with that uid (a stub with --never-answer
+ * SF+0x1d00 and a short x-msg-timeout), after the misbehaving store: UNANSWERED stores
+ * that the stub never answers, each followed by one it answers. A server that still
+ * answers is not gone, however many of its requests timed out over the device's life.
+ */
+static int unanswered_uid = -1;
+module_param(unanswered_uid, int, 0444);
+#define UNANSWERED 70
+
+static void stbtest_unanswered(struct pci_dev *pdev)
+{
+	struct zpci_dev *zdev = to_zpci(pdev);
+	int i, timedout = 0, failed = 0;
+	u8 buf[16] = { 0 };
+
+	for (i = 0; i < UNANSWERED; i++) {
+		timedout += stb(zdev, 0, SF | 0x1d00, buf, 16) != 0;
+		failed += stb(zdev, 0, SF | 0x1d80, buf, 16) != 0;
+	}
+	pr_info("STBT: %s UNANSWERED n=%d timedout=%d answered_failed=%d\n", pci_name(pdev),
+		UNANSWERED, timedout, failed);
+}
+
 static void stbtest_mis(struct pci_dev *pdev)
 {
 	struct zpci_dev *zdev = to_zpci(pdev);
@@ -227,6 +307,8 @@ static void stbtest_mis(struct pci_dev *pdev)
 	pr_info("STBT: %s MIS store rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
 	if (zdev->uid == alias_uid)
 		stbtest_alias(pdev);
+	if (zdev->uid == unanswered_uid)
+		stbtest_unanswered(pdev);
 	t0 = ktime_get();
 	rc = stb(zdev, 0, SF | 0xf80, buf, 16);
 	pr_info("STBT: %s MIS after rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
@@ -284,8 +366,10 @@ static int __init stbtest_init(void)
 			stbtest_dead(pdev);
 		else if (queue)
 			stbtest_queue(pdev);
-		else if (sweep)
+		else if (sweep) {
 			stbtest_sweep(pdev);
+			stbtest_lgsg(pdev);
+		}
 		else if (mis)
 			stbtest_mis(pdev);
 		else
