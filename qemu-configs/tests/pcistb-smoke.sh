@@ -270,7 +270,11 @@ wait $stub_pid 2>/dev/null || true; stub_pid=""
 # function 3's stub exits. The posted backlog must be bounded (past it a write waits:
 # the flood takes the stall's time, and some of its writes arrive waited); the late
 # reply must leave the stream in step (the next store gets through); and once function
-# 3's server is gone with writes still queued, every store fails at once.
+# 3's server is gone with writes still queued, every store fails at once. A control
+# function (uid 4, no ism=on), whose stub stalls the same way, gets its flood as 128-byte
+# stores, 24000 posted 8-byte writes: the bound is the ISM server's only (its writer may
+# hold the BQL while another kind of server needs QEMU to serve its DMA before it
+# answers), so none of them waits.
 cat >"$WORK/ir/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -291,7 +295,9 @@ stub_pid=$!
 python3 "$HERE/pcistb-stub.py" "$WORK/q3.sock" "$WORK/q3.log" --posted-moves --stall-on 0 --die-after-stall \
     --waited-channel &
 stub_pid="$stub_pid $!"
-for s in q2 q3; do
+python3 "$HERE/pcistb-stub.py" "$WORK/q4.sock" "$WORK/q4.log" --device-id 0x04ee --stall-on 0 &
+stub_pid="$stub_pid $!"
+for s in q2 q3 q4; do
     wait_for_socket "$WORK/$s.sock" 5 || die "the stub did not create $WORK/$s.sock"
 done
 # The guest then turns off function 3, whose server went away with writes queued (its
@@ -315,6 +321,8 @@ fi
     -device "{\"driver\":\"vfio-user-pci\",\"id\":\"q2\",\"x-msg-timeout\":2000,\"x-ism-posted-moves\":true,\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/q2.sock\"}}" \
     -device "zpci,uid=3,fid=3,target=q3,ism=on,pchid=$CHID,x-ism-post=on" \
     -device "{\"driver\":\"vfio-user-pci\",\"id\":\"q3\",\"x-msg-timeout\":2000,\"x-ism-posted-moves\":true,\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/q3.sock\"}}" \
+    -device zpci,uid=4,fid=4,target=q4 \
+    -device "{\"driver\":\"vfio-user-pci\",\"id\":\"q4\",\"x-msg-timeout\":2000,\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/q4.sock\"}}" \
     >/dev/null 2>"$WORK/queue.err" &
 queue_pid=$!
 python3 "$HERE/qmp.py" "$WORK/queue.qmp" '{"wait-event":"SHUTDOWN","timeout":110}' \
@@ -634,7 +642,7 @@ fi
 ms_of() {   # ms_of CASE: the ms= of function 2's QUEUE line for CASE, or -1
     sed -n "s/.*STBT: $F2 QUEUE $1 .*ms=\([0-9]*\).*/\1/p" "$QC" | head -1 | grep . || echo -1
 }
-check "queue: 1500 posted 4 KiB moves into a stalled server: none fails" "$QC" "STBT: $F2 QUEUE flood n=1500 failed=0 "
+check "queue: 1500 posted 4 KiB moves into a stalled server: none fails" "$QC" "STBT: $F2 QUEUE flood n=1500 len=4096 failed=0 "
 n="$(ms_of flood)"
 if [ "$n" -ge 700 ]; then echo "ok - queue: ... the guest waits for the stalled server (${n} ms): the backlog is bounded"; pass=$((pass + 1))
 else echo "not ok - queue: the flood took ${n} ms, not the 1 s stall: posted writes piled up without bound"; fail=$((fail + 1)); fi
@@ -644,6 +652,14 @@ else echo "not ok - queue: no write of the flood arrived waited"; fail=$((fail +
 n="$(grep -c '^WRITE r0 off=0x[0-9a-f]* len=4096 ' "$WORK/q2.log" || true)"
 if [ "$n" = 1500 ]; then echo "ok - queue: ... and all 1500 reached the server"; pass=$((pass + 1))
 else echo "not ok - queue: $n of the 1500 flood writes reached the server"; fail=$((fail + 1)); fi
+check "queue: control function: 1500 stores of 128 bytes into a stalled server: none fails" "$QC" \
+    "STBT: 0004:00:00.0 QUEUE flood n=1500 len=128 failed=0 "
+n="$(grep -c '^WRITE r0 off=0x[0-9a-f]* len=8 post=False' "$WORK/q4.log" || true)"
+if [ "$n" = 0 ]; then echo "ok - queue: control function: no write waits for the backlog (the bound is the ISM server's)"; pass=$((pass + 1))
+else echo "not ok - queue: control function: $n of its posted writes waited for the backlog"; fail=$((fail + 1)); fi
+n="$(grep -c '^WRITE r0 off=0x[0-9a-f]* len=8 post=True' "$WORK/q4.log" || true)"
+if [ "$n" -ge 24000 ]; then echo "ok - queue: control function: ... and all 24000 of the flood reached the server, posted"; pass=$((pass + 1))
+else echo "not ok - queue: control function: $n posted writes reached the server, not the flood's 24000"; fail=$((fail + 1)); fi
 check "queue: a waited store answered after QEMU's 2 s timeout: cc 1 (-EIO)" "$QC" "STBT: $F2 QUEUE slow rc=-5 "
 check "queue: the store after it gets through: the late reply was drained (cc 0)" "$QC" "STBT: $F2 QUEUE after-slow rc=0"
 check "queue: ... and reached the server" "$WORK/q2.log" "WRITE r0 off=0x800d80 len=16 post=False"
