@@ -228,7 +228,8 @@ wait $stub_pid 2>/dev/null || true; stub_pid=""
 # CLP LIST PCI at boot: 0008 must be there, 0006 and 0007 not. (A refusal made after the
 # PCI device was attached left a disabled zPCI function pointing to the device qdev then
 # freed, and CLP LIST read its entry from freed memory. A refused vfio-user-pci also needs
-# ism/0011, or its finalize aborts QEMU.)
+# ism/0011, or its finalize aborts QEMU.) A server without MSI-X (uid 9) is refused after
+# the attach; QMP then unplugs uid 9's zPCI device, which must go as any other.
 sed '/insmod/d; /STBT:/d' "$WORK/ir/init" >"$WORK/init.hp"
 install -m 755 "$WORK/init.hp" "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-hp.cpio.gz"
@@ -252,10 +253,11 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-hotplug -k "$K
     -device "zpci,uid=6,fid=6,target=hp6,ism=on,pchid=$CHID" \
     -device "zpci,uid=7,fid=7,target=hp7,ism=on,pchid=$CHID,x-ism-post=on" \
     -device "zpci,uid=8,fid=8,target=hp8,ism=on,pchid=$CHID" \
-    -device "zpci,uid=9,fid=9,target=hp9,ism=on,pchid=$CHID" \
+    -device "zpci,id=zp9,uid=9,fid=9,target=hp9,ism=on,pchid=$CHID" \
     >/dev/null 2>"$WORK/hp.err" &
 hp_pid=$!
 python3 "$HERE/qmp.py" "$WORK/hp.qmp" "$(hp_add hp6)" "$(hp_add hp7)" "$(hp_add hp9)" "$(hp_add hp8)" \
+    '{"execute":"device_del","arguments":{"id":"zp9"}}' '{"wait-event":"DEVICE_DELETED","timeout":10}' \
     '{"execute":"cont"}' \
     >"$WORK/hp.qmp.out" 2>&1 || true
 hp_rc=0
@@ -271,10 +273,10 @@ wait $stub_pid 2>/dev/null || true; stub_pid=""
 # the flood takes the stall's time, and some of its writes arrive waited); the late
 # reply must leave the stream in step (the next store gets through); and once function
 # 3's server is gone with writes still queued, every store fails at once. A control
-# function (uid 4, no ism=on), whose stub stalls the same way, gets its flood as 128-byte
-# stores, 24000 posted 8-byte writes: the bound is the ISM server's only (its writer may
-# hold the BQL while another kind of server needs QEMU to serve its DMA before it
-# answers), so none of them waits.
+# function (uid 4, no ism=on), whose stub stalls the same way, gets its flood as 1500
+# stores of 128 bytes, 24000 posted 8-byte writes (the generic path): the bound is the
+# ISM server's only (its writer may hold the BQL while another kind of server needs QEMU
+# to serve its DMA before it answers), so none of them waits.
 cat >"$WORK/ir/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -627,6 +629,9 @@ check_absent "hotplug: ... nor the one refused for the capability" "$WORK/hp.con
 check "hotplug: a server without MSI-X: refused (s390x requires MSI-X)" "$WORK/hp.qmp.out" \
     "error device_add: MSI-X support is mandatory in the S390 architecture"
 check_absent "hotplug: ... and not in the guest's CLP LIST (the refusal came after the attach)" "$WORK/hp.console.log" "SMOKE: PCI 0009:"
+# the refusal undid the plug (ism/0007): its zPCI device then unplugs like any other
+# (it looked at the IOMMU the refusal had cleared: QEMU crashed)
+check "hotplug: ... and its zPCI device unplugs afterwards (QMP device_del)" "$WORK/hp.qmp.out" "event DEVICE_DELETED"
 # the vfio-user client's queue
 QC="$WORK/queue.console.log" F2=0002:00:00.0 F3=0003:00:00.0
 if [ "$queue_rc" = 0 ]; then echo "ok - queue: the guest ran and powered off"; pass=$((pass + 1))
@@ -654,12 +659,13 @@ if [ "$n" = 1500 ]; then echo "ok - queue: ... and all 1500 reached the server";
 else echo "not ok - queue: $n of the 1500 flood writes reached the server"; fail=$((fail + 1)); fi
 check "queue: control function: 1500 stores of 128 bytes into a stalled server: none fails" "$QC" \
     "STBT: 0004:00:00.0 QUEUE flood n=1500 len=128 failed=0 "
-n="$(grep -c '^WRITE r0 off=0x[0-9a-f]* len=8 post=False' "$WORK/q4.log" || true)"
+n="$(grep -c '^WRITE r0 off=0x[0-9a-f]* len=[0-9]* post=False' "$WORK/q4.log" || true)"
 if [ "$n" = 0 ]; then echo "ok - queue: control function: no write waits for the backlog (the bound is the ISM server's)"; pass=$((pass + 1))
 else echo "not ok - queue: control function: $n of its posted writes waited for the backlog"; fail=$((fail + 1)); fi
-n="$(grep -c '^WRITE r0 off=0x[0-9a-f]* len=8 post=True' "$WORK/q4.log" || true)"
-if [ "$n" -ge 24000 ]; then echo "ok - queue: control function: ... and all 24000 of the flood reached the server, posted"; pass=$((pass + 1))
-else echo "not ok - queue: control function: $n posted writes reached the server, not the flood's 24000"; fail=$((fail + 1)); fi
+# (QEMU quits before the stub has read the whole flood: the guest's time tells instead)
+n="$(sed -n 's/.*STBT: 0004:00:00.0 QUEUE flood n=1500 len=128 failed=[0-9]* ms=\([0-9]*\).*/\1/p' "$QC" | head -1)"
+if [ -n "$n" ] && [ "$n" -lt 700 ]; then echo "ok - queue: control function: ... the guest did not wait for the stalled server (${n} ms; it stalls 1 s)"; pass=$((pass + 1))
+else echo "not ok - queue: control function: the flood took '${n:-?}' ms: its writer waited for the stalled server"; fail=$((fail + 1)); fi
 check "queue: a waited store answered after QEMU's 2 s timeout: cc 1 (-EIO)" "$QC" "STBT: $F2 QUEUE slow rc=-5 "
 check "queue: the store after it gets through: the late reply was drained (cc 0)" "$QC" "STBT: $F2 QUEUE after-slow rc=0"
 check "queue: ... and reached the server" "$WORK/q2.log" "WRITE r0 off=0x800d80 len=16 post=False"

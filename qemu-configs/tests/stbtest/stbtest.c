@@ -98,8 +98,8 @@ static void stbtest_dead(struct pci_dev *pdev)
  * store and answers SF+0xd00 late): a flood of posted 4 KiB data moves, a waited store
  * answered after QEMU's timeout, the store after it, then 20 more, half posted; each
  * with its failures and the milliseconds it took. A function of the default group
- * (maxstbl 128, no ism=on) gets its flood as 128-byte stores: 16 posted 8-byte writes
- * each, past QEMU's backlog mark.
+ * (maxstbl 128, no ism=on) gets its flood as 128-byte stores: 16 posted doubleword
+ * writes each.
  */
 static bool queue;
 module_param(queue, bool, 0444);
