@@ -21,7 +21,7 @@ CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ism-emu
 BUILD_DIR ?= $(CURDIR)/build
 export CACHE_DIR BUILD_DIR
 
-.PHONY: all deps images images-all images-test qemu qemu-asan qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
+.PHONY: all deps images images-all images-test qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
 	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock hops coverage chaos lint clean \
@@ -60,6 +60,9 @@ qemu: ## the patched QEMU (cached)
 
 qemu-asan: ## the patched QEMU again, with ASan and UBSan (cached apart): build/qemu-asan
 	QEMU_SANITIZE=1 qemu-configs/build-qemu.sh
+
+qemu-series-check: ## the QEMU series patch by patch: checkpatch --strict, and a -Werror build after each
+	QEMU_SERIES_CHECK=1 qemu-configs/build-qemu.sh
 
 qemu-smoke-asan: qemu-asan kernel initramfs ## the smoke test against the sanitizer build (0 reports)
 	QEMU=$(BUILD_DIR)/qemu-asan/bin/qemu-system-s390x qemu-configs/tests/pcistb-smoke.sh

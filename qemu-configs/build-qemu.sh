@@ -6,6 +6,7 @@
 #
 # Usage: qemu-configs/build-qemu.sh          (or: make qemu)
 #        QEMU_SANITIZE=1 qemu-configs/build-qemu.sh   (or: make qemu-asan)
+#        QEMU_SERIES_CHECK=1 qemu-configs/build-qemu.sh   (or: make qemu-series-check)
 #
 # Result: $BUILD_DIR/qemu -> $CACHE_DIR/qemu/<version>-<hash>/, so the emulator is
 #         $BUILD_DIR/qemu/bin/qemu-system-s390x
@@ -13,6 +14,11 @@
 #         and UndefinedBehaviorSanitizer: $BUILD_DIR/qemu-asan -> its own cache entry
 #         (the options are part of the key). Run the smoke test against it with
 #         QEMU=$BUILD_DIR/qemu-asan/bin/qemu-system-s390x qemu-configs/tests/pcistb-smoke.sh
+#         With QEMU_SERIES_CHECK=1, nothing is installed: the series is applied one patch
+#         at a time to Debian's source, each patch checked with the source's own
+#         scripts/checkpatch.pl --strict and followed by a build of qemu-system-s390x with
+#         -Werror (incremental, in one tree): one line per patch, and a nonzero exit if a
+#         patch does not build alone or checkpatch reports an error.
 #
 # The install is cached under a name made from the Debian version and a hash of the
 # version, the patches, the configure options and the meson version (RECIPE): a warm run only verifies the cached binary and
@@ -146,7 +152,8 @@ if ! flock -n 9; then
     flock -w 1800 9 || die "timed out waiting for $CACHE_DIR/qemu/.lock"
 fi
 
-if [ -d "$OUT" ]; then
+QEMU_SERIES_CHECK="${QEMU_SERIES_CHECK:-0}"
+if [ "$QEMU_SERIES_CHECK" != 1 ] && [ -d "$OUT" ]; then
     step "checking cached QEMU $QEMU_DEB_VERSION ($key)"
     if verify_install "$OUT"; then
         publish
@@ -198,6 +205,45 @@ fetch_source() {
     mv -T "$tmp" "$SRC_DL"
 }
 [ -f "$SRC_DL/$dsc" ] || fetch_source
+
+# series_check: every patch alone, as a maintainer applies them (see Usage); exits.
+series_check() {
+    local dir="$CACHE_DIR/qemu/series-check.tmp" p rel totals built failed=0 warned=0
+    local opts=("${CONFIGURE_OPTS[@]/--disable-werror/--enable-werror}")
+    rm -rf "$dir"; mkdir -p "$dir"
+    dpkg-source --no-copy -x "$SRC_DL/$dsc" "$dir/src" >"$dir/unpack.log" 2>&1 \
+        || die "dpkg-source -x $SRC_DL/$dsc failed"
+    mkdir -p "$dir/src/build"
+    (cd "$dir/src/build" && PATH="$VENV/bin:$PATH" ../configure --prefix="$dir/unused" \
+        --python="$MESON_PY" "${opts[@]}" >"$dir/configure.log" 2>&1) \
+        || { tail -n 40 "$dir/configure.log" >&2; die "QEMU configure failed (full log: $dir/configure.log)"; }
+    step "series check: building Debian's source once without the series (-Werror)"
+    nice -n 10 make -C "$dir/src/build" -j"$JOBS" qemu-system-s390x >"$dir/build.log" 2>&1 \
+        || { tail -n 40 "$dir/build.log" >&2; die "Debian's QEMU does not build with -Werror here"; }
+    printf '%-86s %-11s %s\n' PATCH CHECKPATCH BUILDS
+    for p in "${PATCHES[@]}"; do
+        rel="${p#"$PATCH_DIR"/}"
+        # (checkpatch exits nonzero on a warning: its totals line says what it found)
+        totals="$( (cd "$dir/src" && perl scripts/checkpatch.pl --strict "$p" 2>&1 || true) \
+            | sed -n 's/^total: \([0-9]*\) errors, \([0-9]*\) warnings.*/\1\/\2/p')"
+        patch -d "$dir/src" -p1 --quiet --forward --no-backup-if-mismatch <"$p" >/dev/null \
+            || die "patch $rel does not apply"
+        if nice -n 10 make -C "$dir/src/build" -j"$JOBS" qemu-system-s390x >"$dir/build.log" 2>&1; then
+            built=yes
+        else
+            built=NO; failed=1
+            grep -m 3 -E 'error' "$dir/build.log" | sed 's/^/    /' >&2
+        fi
+        printf '%-86s %-11s %s\n' "$rel" "${totals:-?}" "$built"
+        case "$totals" in 0/0) ;; 0/*) warned=1 ;; *) failed=1 ;; esac
+    done
+    rm -rf "$dir"
+    [ "$warned" = 0 ] || warn "checkpatch warned on a patch above: read its warnings before posting"
+    [ "$failed" = 0 ] || die "the series check failed (a patch that does not build alone, or a checkpatch error)"
+    step "series check: every patch builds alone with -Werror; checkpatch --strict has no error"
+    exit 0
+}
+[ "$QEMU_SERIES_CHECK" = 1 ] && series_check
 
 # --- unpack (dpkg-source checks every file against the .dsc), patch, configure, build
 WORK="$CACHE_DIR/qemu/$key.tmp"
