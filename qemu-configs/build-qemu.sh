@@ -206,17 +206,37 @@ fetch_source() {
 }
 [ -f "$SRC_DL/$dsc" ] || fetch_source
 
+# unpack_source DIR: Debian's source in DIR/src, Debian's patches applied by dpkg-source,
+# which checks every file against the .dsc.
+unpack_source() {
+    dpkg-source --no-copy -x "$SRC_DL/$dsc" "$1/src" >"$1/unpack.log" 2>&1 \
+        || die "dpkg-source -x $SRC_DL/$dsc failed (checksums do not match the .dsc?); remove $SRC_DL and retry"
+}
+
+# apply_patch DIR PATCH: one patch of the series onto DIR/src.
+apply_patch() {
+    patch -d "$1/src" -p1 --quiet --forward --no-backup-if-mismatch <"$2" >&2 || die "patch $2 does not apply"
+}
+
+# configure_qemu DIR ARG...: configures DIR/src/build with meson from the venv and ARGs.
+# The s390x cross compiler builds pc-bios/s390-ccw (the machine's IPL firmware, which the
+# +ds source does not ship prebuilt); configure skips it silently without one.
+configure_qemu() {
+    local dir="$1"
+    shift
+    mkdir -p "$dir/src/build"
+    (cd "$dir/src/build" && PATH="$VENV/bin:$PATH" ../configure --python="$MESON_PY" "$@" \
+        >"$dir/configure.log" 2>&1) \
+        || { tail -n 40 "$dir/configure.log" >&2; die "QEMU configure failed (full log: $dir/configure.log)"; }
+}
+
 # series_check: every patch alone, as a maintainer applies them (see Usage); exits.
 series_check() {
     local dir="$CACHE_DIR/qemu/series-check.tmp" p rel totals built failed=0 warned=0
     local opts=("${CONFIGURE_OPTS[@]/--disable-werror/--enable-werror}")
     rm -rf "$dir"; mkdir -p "$dir"
-    dpkg-source --no-copy -x "$SRC_DL/$dsc" "$dir/src" >"$dir/unpack.log" 2>&1 \
-        || die "dpkg-source -x $SRC_DL/$dsc failed"
-    mkdir -p "$dir/src/build"
-    (cd "$dir/src/build" && PATH="$VENV/bin:$PATH" ../configure --prefix="$dir/unused" \
-        --python="$MESON_PY" "${opts[@]}" >"$dir/configure.log" 2>&1) \
-        || { tail -n 40 "$dir/configure.log" >&2; die "QEMU configure failed (full log: $dir/configure.log)"; }
+    unpack_source "$dir"
+    configure_qemu "$dir" --prefix="$dir/unused" "${opts[@]}"
     step "series check: building Debian's source once without the series (-Werror)"
     nice -n 10 make -C "$dir/src/build" -j"$JOBS" qemu-system-s390x >"$dir/build.log" 2>&1 \
         || { tail -n 40 "$dir/build.log" >&2; die "Debian's QEMU does not build with -Werror here"; }
@@ -226,8 +246,7 @@ series_check() {
         # (checkpatch exits nonzero on a warning: its totals line says what it found)
         totals="$( (cd "$dir/src" && perl scripts/checkpatch.pl --strict "$p" 2>&1 || true) \
             | sed -n 's/^total: \([0-9]*\) errors, \([0-9]*\) warnings.*/\1\/\2/p')"
-        patch -d "$dir/src" -p1 --quiet --forward --no-backup-if-mismatch <"$p" >/dev/null \
-            || die "patch $rel does not apply"
+        apply_patch "$dir" "$p"
         if nice -n 10 make -C "$dir/src/build" -j"$JOBS" qemu-system-s390x >"$dir/build.log" 2>&1; then
             built=yes
         else
@@ -245,28 +264,19 @@ series_check() {
 }
 [ "$QEMU_SERIES_CHECK" = 1 ] && series_check
 
-# --- unpack (dpkg-source checks every file against the .dsc), patch, configure, build
+# --- unpack, patch, configure, build
 WORK="$CACHE_DIR/qemu/$key.tmp"
 rm -rf "$WORK"; mkdir -p "$WORK"
 step "unpacking $dsc (Debian's patches applied by dpkg-source)"
-dpkg-source --no-copy -x "$SRC_DL/$dsc" "$WORK/src" >"$WORK/unpack.log" 2>&1 \
-    || die "dpkg-source -x $SRC_DL/$dsc failed (checksums do not match the .dsc?); remove $SRC_DL and retry"
+unpack_source "$WORK"
 for p in "${PATCHES[@]}"; do
     step "applying ${p#"$PATCH_DIR"/}"
-    patch -d "$WORK/src" -p1 --quiet --forward --no-backup-if-mismatch <"$p" >&2 || die "patch $p does not apply"
+    apply_patch "$WORK" "$p"
 done
 
-# The s390x cross compiler builds pc-bios/s390-ccw (the machine's IPL firmware, which
-# the +ds source does not ship prebuilt); configure skips it silently without one.
 step "configuring (s390x-softmmu, minimal)"
-mkdir -p "$WORK/src/build"
-(cd "$WORK/src/build" && PATH="$VENV/bin:$PATH" ../configure \
-    --prefix="$OUT" \
-    --python="$MESON_PY" \
-    "${CONFIGURE_OPTS[@]}" \
-    --with-pkgversion="Debian $ver_noepoch + ism-emu ${key##*-}" \
-    >"$WORK/configure.log" 2>&1) \
-    || { tail -n 40 "$WORK/configure.log" >&2; die "QEMU configure failed (full log: $WORK/configure.log)"; }
+configure_qemu "$WORK" --prefix="$OUT" "${CONFIGURE_OPTS[@]}" \
+    --with-pkgversion="Debian $ver_noepoch + ism-emu ${key##*-}"
 
 step "compiling (nice, -j$JOBS)"
 nice -n 10 make -C "$WORK/src/build" -j"$JOBS" >"$WORK/build.log" 2>&1 \
