@@ -100,6 +100,10 @@ end_stubs() {
         [ -n "$alive" ] || break
         sleep 0.1
     done
+    kill_stubs
+}
+# kill_stubs: ends the stubs at once and reaps them.
+kill_stubs() {
     # shellcheck disable=SC2086
     kill $stub_pid 2>/dev/null || true
     # shellcheck disable=SC2086
@@ -199,9 +203,7 @@ timeout 30 "$QEMU" -machine s390-ccw-virtio -accel tcg -nodefaults -nographic -S
     -device zpci,uid=6,fid=6,target=small6,ism=on,pchid=0x1234 \
     -device "{\"driver\":\"vfio-user-pci\",\"id\":\"small6\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/small.sock\"}}" \
     >"$WORK/small.out" 2>&1 || small_rc=$?
-kill $stub_pid 2>/dev/null || true
-# shellcheck disable=SC2086
-wait $stub_pid 2>/dev/null || true; stub_pid=""
+kill_stubs
 
 # x-ism-post=on for a server whose x_ism_posted_moves was not asked for: QEMU must refuse
 # to plug the function, naming the capability, since only the server could keep the
@@ -217,9 +219,7 @@ timeout 30 "$QEMU" -machine s390-ccw-virtio -accel tcg -nodefaults -nographic -S
     -device zpci,uid=7,fid=7,target=nocap7,ism=on,pchid=0x1234,x-ism-post=on \
     -device "{\"driver\":\"vfio-user-pci\",\"id\":\"nocap7\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/nocap.sock\"}}" \
     >"$WORK/nocap.out" 2>&1 || nocap_rc=$?
-kill $stub_pid 2>/dev/null || true
-# shellcheck disable=SC2086
-wait $stub_pid 2>/dev/null || true; stub_pid=""
+kill_stubs
 
 # A plug QEMU refuses must leave nothing behind. Before the guest starts (-S), QMP
 # device_add hot-plugs into zpci devices from the command line: a server too small for
@@ -262,9 +262,7 @@ python3 "$HERE/qmp.py" "$WORK/hp.qmp" "$(hp_add hp6)" "$(hp_add hp7)" "$(hp_add 
     >"$WORK/hp.qmp.out" 2>&1 || true
 hp_rc=0
 wait $hp_pid || hp_rc=$?
-kill $stub_pid 2>/dev/null || true
-# shellcheck disable=SC2086
-wait $stub_pid 2>/dev/null || true; stub_pid=""
+kill_stubs
 
 # The vfio-user client's queue (ism/0012-0014): two ISM functions with x-ism-post=on,
 # message timeout 2 s, whose stubs stop reading for 1 s at the first of 1500 posted 4 KiB
@@ -354,9 +352,7 @@ for path in sys.argv[1:]:
             print(block.splitlines()[0], "|", " ".join(re.findall(r" in (vfio_user_\w+)", block)[:3]))
 PY
 fi
-kill $stub_pid 2>/dev/null || true
-# shellcheck disable=SC2086
-wait $stub_pid 2>/dev/null || true; stub_pid=""
+kill_stubs
 
 # The sweeps (stbtest.ko sweep=1): PCISTB of every shape, then PCILG and PCISTG of 1, 2,
 # 4 and 8 bytes, against every address space of an ISM function and of a control
@@ -393,10 +389,7 @@ run_sweep() {
         -device zpci,uid=3,fid=3,target=swp3 \
         -device "{\"driver\":\"vfio-user-pci\",\"id\":\"swp3\",\"socket\":{\"type\":\"unix\",\"path\":\"$WORK/$name-plain.sock\"}}" \
         >/dev/null 2>"$WORK/$name.err" || rc=$?
-    # shellcheck disable=SC2086
-    kill $stub_pid 2>/dev/null || true
-    # shellcheck disable=SC2086
-    wait $stub_pid 2>/dev/null || true; stub_pid=""
+    kill_stubs
     python3 "$HERE/stb-sweep-rule.py" "$WORK/$name.console.log" "0002:00:00.0:ism$layout" \
         "0003:00:00.0:plain$layout" >"$WORK/$name.rule" 2>&1 || true
     return "$rc"
