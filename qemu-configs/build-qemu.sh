@@ -282,7 +282,7 @@ step "compiling (nice, -j$JOBS)"
 nice -n 10 make -C "$WORK/src/build" -j"$JOBS" >"$WORK/build.log" 2>&1 \
     || { tail -n 40 "$WORK/build.log" >&2; die "QEMU build failed (full log: $WORK/build.log)"; }
 
-# The ISM series' qtest (ism/0015), run against this QEMU by qemu-configs/tests/pcistb-smoke.sh.
+# The ISM series' qtest (ism/0012), run against this QEMU by qemu-configs/tests/pcistb-smoke.sh.
 step "building the series' qtest"
 nice -n 10 make -C "$WORK/src/build" -j"$JOBS" tests/qtest/s390x-zpci-ism-test >>"$WORK/build.log" 2>&1 \
     || { tail -n 40 "$WORK/build.log" >&2; die "building the qtest failed (full log: $WORK/build.log)"; }
@@ -296,7 +296,7 @@ make -C "$WORK/src/build" install DESTDIR="$WORK/dest" >>"$WORK/build.log" 2>&1 
     || die "s390-ccw.img was not built (is s390x-linux-gnu-gcc usable? see $WORK/configure.log)"
 install -D -m 0644 "$WORK/src/build/pc-bios/s390-ccw/s390-ccw.img" "$WORK/dest$OUT/share/qemu/s390-ccw.img"
 install -D -m 0755 "$WORK/src/build/tests/qtest/s390x-zpci-ism-test" "$WORK/dest$OUT/libexec/ism-emu/s390x-zpci-ism-test"
-# The ISM series' functional test (ism/0016) with the framework it runs in (QEMU's
+# The ISM series' functional test (ism/0013) with the framework it runs in (QEMU's
 # tests/functional/qemu_test and python/qemu, all standard library but pycotap): it
 # needs the source tree, not the build, so it is installed beside the qtest.
 fdest="$WORK/dest$OUT/libexec/ism-emu/functional"
