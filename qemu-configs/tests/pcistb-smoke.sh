@@ -14,7 +14,7 @@
 # and checks what the guest saw and what the stubs received; then a guest whose server
 # dies under it, the plugs QEMU must refuse, and a guest into which QMP hot-plugs servers
 # QEMU refuses (nothing may be left behind). Then the series' own tests,
-# as built with this QEMU: the qtest (ism/0015) and the functional test (ism/0016,
+# as built with this QEMU: the qtest (ism/0012) and the functional test (ism/0013,
 # which boots the project's stock kernel and initramfs against its in-process stub;
 # pycotap from PyPI into a venv in the cache).
 #
@@ -169,10 +169,10 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-smoke -k "$KOU
 end_stubs
 
 # The server goes away under a guest that keeps storing: the waited store it exits on
-# must fail when the connection ends, not at QEMU's 5 s message timeout (ism/0012), every
+# must fail when the connection ends, not at QEMU's 5 s message timeout (vfio-user-fixes/0006), every
 # store after that must fail (cc 1), waited or posted (x-ism-post=on, to a stub that
 # announces x_ism_posted_moves), and QEMU must say so once, not once per store
-# (vfio-user-report-once).
+# (vfio-user-fixes/0001).
 sed 's|^insmod /stbtest.ko dmaread_uid=2$|insmod /stbtest.ko dead=1|; /ism.ko/d; /ism bound/d' "$WORK/ir/init" >"$WORK/init.dead"
 install -m 755 "$WORK/init.dead" "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-dead.cpio.gz"
@@ -228,7 +228,7 @@ kill_stubs
 # CLP LIST PCI at boot: 0008 must be there, 0006 and 0007 not. (A refusal made after the
 # PCI device was attached left a disabled zPCI function pointing to the device qdev then
 # freed, and CLP LIST read its entry from freed memory. A refused vfio-user-pci also needs
-# ism/0011, or its finalize aborts QEMU.) A server without MSI-X (uid 9) is refused after
+# vfio-user-fixes/0005, or its finalize aborts QEMU.) A server without MSI-X (uid 9) is refused after
 # the attach; QMP then unplugs uid 9's zPCI device, which must go as any other.
 sed '/insmod/d; /STBT:/d' "$WORK/ir/init" >"$WORK/init.hp"
 install -m 755 "$WORK/init.hp" "$WORK/ir/init"
@@ -264,10 +264,10 @@ hp_rc=0
 wait $hp_pid || hp_rc=$?
 kill_stubs
 
-# The vfio-user client's queue (ism/0012-0014): two ISM functions with x-ism-post=on,
-# message timeout 2 s, whose stubs stop reading for 1 s at the first of 1500 posted 4 KiB
-# data moves. Function 2's stub then goes on, and answers a waited store 3 s late;
-# function 3's stub exits. The posted backlog must be bounded (past it a write waits:
+# The vfio-user client's queue (vfio-user-fixes/0006-0010, ism/0011): two ISM functions
+# with x-ism-post=on, message timeout 2 s, whose stubs stop reading for 1 s at the first
+# of 1500 posted 4 KiB data moves. Function 2's stub then goes on, and answers a waited
+# store 3 s late; function 3's stub exits. The posted backlog must be bounded (past it a write waits:
 # the flood takes the stall's time, and some of its writes arrive waited); the late
 # reply must leave the stream in step (the next store gets through); and once function
 # 3's server is gone with writes still queued, every store fails at once. A control
@@ -293,7 +293,7 @@ python3 "$HERE/pcistb-stub.py" "$WORK/q2.sock" "$WORK/q2.log" --posted-moves --s
     --slow-on 0x800d00 &
 stub_pid=$!
 python3 "$HERE/pcistb-stub.py" "$WORK/q3.sock" "$WORK/q3.log" --posted-moves --stall-on 0 --die-after-stall \
-    --waited-channel &
+    --partial-request-fd --waited-channel &
 stub_pid="$stub_pid $!"
 python3 "$HERE/pcistb-stub.py" "$WORK/q4.sock" "$WORK/q4.log" --device-id 0x04ee --stall-on 0 &
 stub_pid="$stub_pid $!"
@@ -302,7 +302,10 @@ for s in q2 q3 q4; do
 done
 # The guest then turns off function 3, whose server went away with writes queued (its
 # hotplug slot: Linux disables it and gives it back, standby), and when the guest has
-# powered off, QEMU (-no-shutdown) unplugs it (QMP device_del) and quits. The sanitizer
+# powered off, QEMU (-no-shutdown) unplugs it (QMP device_del) and quits. Function 3's
+# stub, before it went away, sent the header of a request with a pipe as its descriptor
+# and never the body: between the unplug and the quit, that descriptor must no longer be
+# open in QEMU (/proc/PID/fd; the half-received request kept it until QEMU exited). The sanitizer
 # build runs this QEMU with LeakSanitizer: no allocation of hw/vfio-user may be left
 # unreachable at exit. (The queued writes' buffers leaked at unplug, and before that a
 # dead server's queue was kept until unplug.) Full stacks for this run only
@@ -327,8 +330,18 @@ fi
 queue_pid=$!
 python3 "$HERE/qmp.py" "$WORK/queue.qmp" '{"wait-event":"SHUTDOWN","timeout":110}' \
     '{"execute":"device_del","arguments":{"id":"q3"}}' \
-    '{"wait-event":"DEVICE_DELETED","timeout":10}' '{"execute":"quit"}' \
-    >"$WORK/queue.qmp.out" 2>&1 || true
+    '{"wait-event":"DEVICE_DELETED","timeout":10}' >"$WORK/queue.qmp.out" 2>&1 || true
+partial="$(sed -n 's/^PARTIAL REQUEST: header only, with \(pipe:\[[0-9]*\]\), sent to QEMU pid \([0-9]*\)$/\2 \1/p' "$WORK/q3.log")"
+if [ -n "$partial" ]; then
+    read -r qpid qpipe <<<"$partial"
+    held=0
+    for f in /proc/"$qpid"/fd/*; do
+        [ "$(readlink "$f" 2>/dev/null)" = "$qpipe" ] && held=1
+    done
+    [ -d "/proc/$qpid" ] || held=gone
+    echo "$qpipe $held" >"$WORK/queue.partial"
+fi
+python3 "$HERE/qmp.py" "$WORK/queue.qmp" '{"execute":"quit"}' >>"$WORK/queue.qmp.out" 2>&1 || true
 wait $queue_pid || queue_rc=$?
 if [ "$sanitized" = 1 ]; then
     # what is not a leak report counts with the other sanitizer reports
@@ -414,12 +427,17 @@ run_sweep sweep-split -split --msix-split || split_rc=$?
 # sends that reply, an error, only when a later request comes with the same message ID
 # (stbtest's alias_uid: 68000 more stores, posted then waited, so QEMU's 16-bit IDs
 # wrap); QEMU must not give that ID to a new request while the late reply may come.
+# Uid 14 does the same with x_waited_channel open (b: behind a backlog): its stub stalls
+# 1 s on a posted store, and the 200 posted 4 KiB moves after it stay queued in QEMU, so
+# that the store it answers late leaves on the main connection; the 5000 waited stores
+# of the wrap then take the waited channel, and must keep clear of that ID too (each
+# request takes its ID from the one helper, whichever connection it goes on).
 # One more (uid 13, x-msg-timeout 200 ms) never answers 70 stores, each followed by one it
 # answers (stbtest's unanswered_uid): a server that still answers is not gone, however
-# many of its requests timed out over the device's life (ism/0014 takes a server for gone
+# many of its requests timed out over the device's life (vfio-user-fixes/0010 takes a server for gone
 # after 64 timeouts in a row only).
-MIS_MODES="2:hdr-stall:m 3:hdr-exit:m 4:trickle:m 5:trickle:w 6:mid-body-exit:m 7:hdr-stall:w 8:old-id:m 9:huge-size:m 10:refuse-waited-channel:- 11:unsolicited-caps:- 12:late-error:m 13:unanswered:m"
-sed 's|^insmod /stbtest.ko sweep=1$|insmod /stbtest.ko mis=1 alias_uid=12 unanswered_uid=13|' "$WORK/ir/init" >"$WORK/init.mis"
+MIS_MODES="2:hdr-stall:m 3:hdr-exit:m 4:trickle:m 5:trickle:w 6:mid-body-exit:m 7:hdr-stall:w 8:old-id:m 9:huge-size:m 10:refuse-waited-channel:- 11:unsolicited-caps:- 12:late-error:m 13:unanswered:m 14:late-error:b"
+sed 's|^insmod /stbtest.ko sweep=1$|insmod /stbtest.ko mis=1 alias_uid=12 alias_wc_uid=14 unanswered_uid=13|' "$WORK/ir/init" >"$WORK/init.mis"
 install -m 755 "$WORK/init.mis" "$WORK/ir/init"
 (cd "$WORK/ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd-mis.cpio.gz"
 mis_devs=()
@@ -427,6 +445,7 @@ for e in $MIS_MODES; do
     IFS=: read -r u mode ch <<<"$e"
     stub_opts=(--misbehave "$mode" --stall-secs 3) dev_props="" zpci_post="" timeout=2000
     [ "$ch" = w ] && stub_opts+=(--waited-channel)
+    [ "$ch" = b ] && stub_opts+=(--waited-channel --stall-on 0 --stall-secs 1)
     [ "$mode" = late-error ] && stub_opts+=(--posted-moves) && zpci_post=",x-ism-post=on" \
         && dev_props='"x-ism-posted-moves":true,'
     case "$mode" in
@@ -448,7 +467,7 @@ QEMU="$QEMU" "$REPO_ROOT/qemu-configs/run-guest.sh" --name pcistb-mis -k "$KOUT/
     "${mis_devs[@]}" >/dev/null 2>"$WORK/mis.err" || mis_rc=$?
 end_stubs
 
-# The ISM series' own qtest (ism/0015), built with this QEMU: the zpci properties' realize
+# The ISM series' own qtest (ism/0012), built with this QEMU: the zpci properties' realize
 # and plug errors over QMP.
 QTEST_BIN="$(dirname "$QEMU")/../libexec/ism-emu/s390x-zpci-ism-test"
 qtest_rc=0
@@ -458,7 +477,7 @@ else
     echo "no qtest at $QTEST_BIN" >"$WORK/qtest.out"; qtest_rc=127
 fi
 
-# The ISM series' functional test (ism/0016), in QEMU's functional-test framework, which
+# The ISM series' functional test (ism/0013), in QEMU's functional-test framework, which
 # needs pycotap from PyPI (a venv in the cache). It boots the project's stock kernel and
 # initramfs with a shell on the console; its own vfio-user stub runs in the test process.
 FUNC_DIR="$(dirname "$QEMU")/../libexec/ism-emu/functional"
@@ -538,7 +557,7 @@ check_re "ISM: ... where its waited stores went" "$S" "^waited channel: [1-9][0-
 check_absent "ISM: ... and not to a server that did not agree (control function)" "$SQ" "WAITED CHANNEL"
 # QEMU's reply to the stub's DMA_READ of 512 KiB is larger than the socket's send buffer
 # and the stub does not read for 1 s: the write takes part of it, and the rest must follow
-# (vfio-user-stream/0002; before it the rest was never written).
+# (vfio-user-fixes/0003; before it the rest was never written).
 check "ISM: a reply the socket took only part of is finished (512 KiB DMA_READ)" "$S" "DMA_READ reply complete"
 check "ISM: ... and the stores around it get through" "$C" "STBT: $F DMAREAD rc=0 after rc=0"
 check "ISM: 5 bytes at BAR offset 37 from a page-crossing buffer: cc 0" "$C" "STBT: $F A len5 off37 src+4093 (crosses page) rc=0"
@@ -630,6 +649,10 @@ QC="$WORK/queue.console.log" F2=0002:00:00.0 F3=0003:00:00.0
 if [ "$queue_rc" = 0 ]; then echo "ok - queue: the guest ran and powered off"; pass=$((pass + 1))
 else echo "not ok - queue: guest run failed (rc=$queue_rc)"; tail -n 5 "$WORK/queue.err"; fail=$((fail + 1)); fi
 check "queue: the unplug of function 3 (its server gone with writes queued) completes" "$WORK/queue.qmp.out" "event DEVICE_DELETED"
+check "queue: function 3's server sent half a request, with a descriptor, before it went away" "$WORK/q3.log" "PARTIAL REQUEST: header only"
+read -r qpipe held <"$WORK/queue.partial" 2>/dev/null || held=unknown
+if [ "$held" = 0 ]; then echo "ok - queue: ... the unplug closed its descriptor ($qpipe no longer open in QEMU)"; pass=$((pass + 1))
+else echo "not ok - queue: the half-received request's descriptor after the unplug: ${qpipe:-?} held=$held (1: still open in QEMU)"; fail=$((fail + 1)); fi
 if [ "$sanitized" = 1 ]; then
     n="$(grep -c . "$WORK/leak.vfio-user" || true)"
     if [ "$n" = 0 ] && grep -qs 'LeakSanitizer' "$WORK"/leak/*; then
@@ -697,7 +720,8 @@ for e in "2:reply header, then a stall (main connection):-5:3000:0" \
          "10:VFIO_USER_X_WAITED_CHANNEL refused:0:1000:0" \
          "11:unsolicited capabilities:0:1000:0" \
          "12:no reply in time, then a late error reply:-5:3000:0" \
-         "13:70 stores never answered, each followed by one it answers:0:1000:0"; do
+         "13:70 stores never answered, each followed by one it answers:0:1000:0" \
+         "14:no reply in time behind a backlog (waited channel open), then a late error reply:-5:3000:0"; do
     IFS=: read -r u what want_rc max_ms after_rc <<<"$e"
     fn="$(printf '%04x:00:00.0' "$u")"
     line="$(grep -F "STBT: $fn MIS store " "$MC" | head -1 || true)"
@@ -720,16 +744,28 @@ check "misbehaving server, old ID: the stub sent the old reply first" "$WORK/m8.
 # (uid 12)
 check "misbehaving server, old ID: QEMU takes it for a protocol error" "$MQ" "unexpected reply"
 # one report per failing server; uid 13's every other store reaches its server, which
-# ends the quiet period (vfio-user-report-once), so each of its 70 timeouts is reported
+# ends the quiet period (vfio-user-fixes/0001), so each of its 70 timeouts is reported
 n="$(grep -cE 'vfio_user_device_io_region_(write|read):' "$MQ" || true)"
 n13="$(grep -cF "Further failed accesses to vfio-user:$WORK/m13.sock " "$MQ" || true)"
-if [ "$((n - n13))" -le 9 ]; then echo "ok - misbehaving servers: $((n - n13)) failed-access lines for the 9 other functions with failed stores"; pass=$((pass + 1))
-else echo "not ok - misbehaving servers: $((n - n13)) failed-access lines for the 9 other functions with failed stores"; fail=$((fail + 1)); fi
+if [ "$((n - n13))" -le 10 ]; then echo "ok - misbehaving servers: $((n - n13)) failed-access lines for the 10 other functions with failed stores"; pass=$((pass + 1))
+else echo "not ok - misbehaving servers: $((n - n13)) failed-access lines for the 10 other functions with failed stores"; fail=$((fail + 1)); fi
 if [ "$n13" = 70 ]; then echo "ok - unanswered: each of the 70 timeouts reported (a reply came between them)"; pass=$((pass + 1))
 else echo "not ok - unanswered: $n13 reports of its timeouts, not 70"; fail=$((fail + 1)); fi
 check "late reply: 68000 stores after it, none fails (no newer request took its ID)" "$MC" \
     "STBT: 000c:00:00.0 ALIAS posted=63000 failed=0 waited=5000 failed=0 "
 check_re "late reply: ... QEMU's IDs wrapped, and no request came with the late reply's ID" "$WORK/m12.log" \
+    "^withheld reply 0x[0-9a-f]+ never sent: no request took its ID in (6553[6-9]|655[4-9][0-9]|65[6-9][0-9]{2}|6[6-9][0-9]{3}|[7-9][0-9]{4}|[0-9]{6,}) messages"
+check "late reply, waited channel open: 201 posted stores into the stalled stub, none fails" "$MC" \
+    "STBT: 000e:00:00.0 BACKLOG n=201 failed=0"
+check_re "late reply, waited channel open: ... the late store left on the main connection" "$WORK/m14.log" \
+    "^MISBEHAVE late-error \\(id 0x[0-9a-f]+, on the main connection\\)"
+check "late reply, waited channel open: 68000 stores after it, none fails" "$MC" \
+    "STBT: 000e:00:00.0 ALIAS posted=63000 failed=0 waited=5000 failed=0 "
+n="$(sed -n 's/^waited channel: \([0-9]*\) requests.*/\1/p' "$WORK/m14.log" | head -1)"
+if [ "${n:-0}" -ge 4000 ]; then echo "ok - late reply, waited channel open: ... its waited stores took the waited channel ($n requests)"; pass=$((pass + 1))
+else echo "not ok - late reply, waited channel open: ${n:-no} requests on the waited channel, not the 5000 waited stores"; fail=$((fail + 1)); fi
+check_absent "late reply, waited channel open: ... and no request came with the late reply's ID" "$WORK/m14.log" "ALIAS:"
+check_re "late reply, waited channel open: ... though QEMU's IDs wrapped" "$WORK/m14.log" \
     "^withheld reply 0x[0-9a-f]+ never sent: no request took its ID in (6553[6-9]|655[4-9][0-9]|65[6-9][0-9]{2}|6[6-9][0-9]{3}|[7-9][0-9]{4}|[0-9]{6,}) messages"
 check "unanswered: 70 stores timed out, and the 70 the server answered all succeeded" "$MC" \
     "STBT: 000d:00:00.0 UNANSWERED n=70 timedout=70 answered_failed=0"

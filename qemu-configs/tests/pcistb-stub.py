@@ -39,7 +39,9 @@ With --die-on OFFSET, a BAR 0 write at OFFSET makes the stub exit at once withou
 reply: the server is gone.
 With --stall-on OFFSET, a BAR 0 write at OFFSET makes the stub stop reading for
 --stall-secs seconds (QEMU's queue of posted writes grows meanwhile), then go on, or
-exit without reading any more with --die-after-stall.
+exit without reading any more with --die-after-stall; with --partial-request-fd as well,
+it first sends the header of a DMA_READ request with a pipe as its descriptor, never its
+body, and logs "PARTIAL REQUEST" with the pipe's inode and QEMU's pid.
 With --slow-on OFFSET, the reply to a waited BAR 0 write at OFFSET comes --slow-secs
 seconds late (after QEMU's x-msg-timeout, if that is shorter).
 With --waited-channel, the stub announces the experimental capability x_waited_channel
@@ -49,7 +51,9 @@ on the connection a request came on; a failure there closes that connection only
 the end it logs "waited channel: N requests".
 With --misbehave MODE, the stub misbehaves in its reply to a waited BAR 0 write at
 SF+0xf00 (MIS_OFFSET), on whichever connection the request came (logged "MISBEHAVE"):
-  hdr-stall      the reply's header, then nothing for --stall-secs, then its body
+  hdr-stall      the reply's header, then nothing until QEMU has given up on it (it
+                 closes the waited channel, or the next request comes on the main
+                 connection) or for --stall-secs, then its body
   hdr-exit       the reply's header, then exit
   trickle        the reply's header, then its body one byte every --trickle-secs
                  (default 1); a failed send (QEMU closed the connection) ends it
@@ -81,13 +85,13 @@ Exits when the client disconnects.
 Usage: pcistb-stub.py SOCKET LOGFILE [--reject-cmd N] [--device-id 0xNNNN] [--die-on OFFSET]
                       [--max-xfer BYTES]   (max_data_xfer_size announced; default 1 MiB)
                       [--posted-moves]     (announce "x_ism_posted_moves": true)
-                      [--stall-on OFFSET [--stall-secs S] [--die-after-stall]]
+                      [--stall-on OFFSET [--stall-secs S] [--die-after-stall [--partial-request-fd]]]
                       [--slow-on OFFSET [--slow-secs S]] [--waited-channel]
                       [--misbehave MODE [--trickle-secs S]] [--refuse-waited-channel]
                       [--unsolicited-caps] [--no-msix] [--msix-split]
                       [--dma-read [--dma-read-wait S]]
 """
-import argparse, array, json, os, select, socket, struct, time
+import argparse, array, fcntl, json, os, select, socket, struct, termios, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("socket")
@@ -104,6 +108,9 @@ ap.add_argument("--stall-on", type=lambda s: int(s, 0), default=None,
 ap.add_argument("--stall-secs", type=float, default=1.0)
 ap.add_argument("--die-after-stall", action="store_true",
                 help="exit after the stall instead of reading on")
+ap.add_argument("--partial-request-fd", action="store_true",
+                help="with --die-after-stall: first send a request's header with a pipe as "
+                     "its descriptor, and never its body")
 ap.add_argument("--slow-on", type=lambda s: int(s, 0), default=None,
                 help="reply --slow-secs late to a waited BAR 0 write at this offset")
 ap.add_argument("--slow-secs", type=float, default=3.0)
@@ -245,8 +252,16 @@ def misbehave(mid, cmd, body):
         log("  DYING in the middle of the body")
         os._exit(0)
     if mode == "hdr-stall":
-        time.sleep(args.stall_secs)
-        log(f"  the body after {args.stall_secs} s")
+        # The stall ends when QEMU has given up on this reply (on the waited channel
+        # it closes the channel; on the main connection the guest's next request comes)
+        # or after --stall-secs. A fixed stall left the next request, answered only
+        # after it, the difference of two timers (its own timeout less the stall's
+        # excess over the first one's): 1 s, which a loaded host could eat.
+        t0 = time.monotonic()
+        ready = select.select([src], [], [], args.stall_secs)[0]
+        why = ("QEMU closed the waited channel" if src is waited else "the next request came") \
+            if ready else "no sign from QEMU"
+        log(f"  the body after {time.monotonic() - t0:.2f} s ({why})")
         src.sendall(body)
         return
     for i in range(len(body)):                        # trickle
@@ -295,6 +310,29 @@ def dma_read(iova, length):
     log(f"DMA_READ reply complete: {size} bytes, the guest's pattern")
 
 
+def partial_request():
+    """A DMA_READ request's header with a pipe's write end as its descriptor, and no
+    body: QEMU holds the half-received request, and the descriptor with it, until the
+    device is unplugged. The log names the pipe and QEMU's pid, so that the test can look
+    for the descriptor in /proc after the unplug."""
+    r, w = os.pipe()
+    ino = os.fstat(w).st_ino
+    pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+    conn.sendmsg([HDR.pack(0x6666, DMA_READ, HDR.size + 16, 0, 0)],
+                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [w]))])
+    os.close(w)
+    os.close(r)
+    # Exit only once QEMU has read the header: a header read after the end of the stream
+    # would be failed at once, its descriptor closed, and the half-received request never
+    # held. SIOCOUTQ: the bytes QEMU has not read yet.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and \
+            struct.unpack("i", fcntl.ioctl(conn, termios.TIOCOUTQ, b"\0" * 4))[0] > 0:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    log(f"PARTIAL REQUEST: header only, with pipe:[{ino}], sent to QEMU pid {pid}")
+
+
 def close_waited(why):
     global waited
     log(f"WAITED CHANNEL closed ({why})")
@@ -323,6 +361,8 @@ def region_write(reg, off, data):
         log(f"  STALLING {args.stall_secs} s")
         time.sleep(args.stall_secs)
         if args.die_after_stall:
+            if args.partial_request_fd:
+                partial_request()
             log("  DYING after the stall (the server goes away)")
             os._exit(0)
     if reg == 0 and off == args.slow_on and not posted:

@@ -257,6 +257,19 @@ module_param(mis, bool, 0444);
 static int alias_uid = -1;
 module_param(alias_uid, int, 0444);
 
+/*
+ * alias_wc_uid=N: the same for a function whose stub also takes x_waited_channel and
+ * stalls on a posted store at offset 0 (--stall-on 0): before the misbehaving store,
+ * that store and BACKLOG posted 4 KiB moves, which the stalled stub leaves queued in
+ * QEMU, so that the misbehaving store leaves on the main connection (the waited
+ * channel takes a request only with nothing queued) while the channel stays open. The
+ * 5000 waited stores of the wrap then take the waited channel: their IDs must keep
+ * clear of the late reply's too.
+ */
+static int alias_wc_uid = -1;
+module_param(alias_wc_uid, int, 0444);
+#define BACKLOG 200
+
 static void stbtest_alias(struct pci_dev *pdev)
 {
 	struct zpci_dev *zdev = to_zpci(pdev);
@@ -297,6 +310,23 @@ static void stbtest_unanswered(struct pci_dev *pdev)
 		UNANSWERED, timedout, failed);
 }
 
+/* The backlog of alias_wc_uid: posted moves that a stalled stub leaves queued. */
+static void stbtest_backlog(struct pci_dev *pdev)
+{
+	struct zpci_dev *zdev = to_zpci(pdev);
+	int i, failed = 0;
+	u8 *page;
+
+	page = (u8 *)get_zeroed_page(GFP_KERNEL);
+	if (!page)
+		return;
+	failed += stb(zdev, 0, 0, page, 16) != 0;
+	for (i = 0; i < BACKLOG; i++)
+		failed += stb(zdev, 0, 0x1000, page, PAGE_SIZE) != 0;
+	pr_info("STBT: %s BACKLOG n=%d failed=%d\n", pci_name(pdev), BACKLOG + 1, failed);
+	free_page((unsigned long)page);
+}
+
 static void stbtest_mis(struct pci_dev *pdev)
 {
 	struct zpci_dev *zdev = to_zpci(pdev);
@@ -305,10 +335,12 @@ static void stbtest_mis(struct pci_dev *pdev)
 	ktime_t t0;
 	int rc;
 
+	if (zdev->uid == alias_wc_uid)
+		stbtest_backlog(pdev);
 	t0 = ktime_get();
 	rc = stb(zdev, 0, SF | 0xf00, buf, 16);
 	pr_info("STBT: %s MIS store rc=%d ms=%lld\n", n, rc, ktime_ms_delta(ktime_get(), t0));
-	if (zdev->uid == alias_uid)
+	if (zdev->uid == alias_uid || zdev->uid == alias_wc_uid)
 		stbtest_alias(pdev);
 	if (zdev->uid == unanswered_uid)
 		stbtest_unanswered(pdev);
