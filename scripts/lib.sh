@@ -68,15 +68,18 @@ one_of() {
     usage_error "unknown $what '$word' (known: $*)"
 }
 
-# logged WHAT CMD...: runs CMD with its output appended to $SETUP_LOG. On failure the
-# last lines of that output are shown, and CMD's status is returned.
+# logged [--try] WHAT CMD...: runs CMD with its output appended to $SETUP_LOG. On failure
+# the last lines of that output are shown (not with --try: a failure the caller handles
+# and explains itself), and CMD's status is returned.
 logged() {
-    local what="$1" rc=0 mark; shift
+    local quiet=0 what rc=0 mark
+    [ "$1" = --try ] && { quiet=1; shift; }
+    what="$1"; shift
     mkdir -p "$(dirname "$SETUP_LOG")"
     printf '\n### [%s] %s: %s\n' "$(date -u '+%F %TZ')" "$what" "$*" >>"$SETUP_LOG"
     mark="$(wc -l <"$SETUP_LOG")"
     "$@" >>"$SETUP_LOG" 2>&1 </dev/null || rc=$?
-    if [ "$rc" -ne 0 ]; then
+    if [ "$rc" -ne 0 ] && [ "$quiet" = 0 ]; then
         printf 'error: %s failed (status %s); its last lines (whole log: %s):\n' "$what" "$rc" "$SETUP_LOG" >&2
         tail -n +"$((mark + 1))" "$SETUP_LOG" | tail -n 25 | sed 's/^/  | /' >&2
     fi
@@ -185,8 +188,12 @@ need_host_packages() {
         updated=1
     fi
     local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}")
-    logged "installing ${missing[*]}" "${install[@]}" && return 0
-    [ -z "$updated" ] || die "could not install host packages: ${missing[*]}"
+    if [ -n "$updated" ]; then
+        logged "installing ${missing[*]}" "${install[@]}" && return 0
+        die "could not install host packages: ${missing[*]}"
+    fi
+    logged --try "installing ${missing[*]}" "${install[@]}" && return 0
+    step "the install failed on this machine's package lists (stale?): apt-get update, then again"
     logged "apt-get update (the install failed: stale package lists?)" apt-get update \
         || die "apt-get update failed"
     logged "installing ${missing[*]}" "${install[@]}" \
