@@ -224,9 +224,10 @@ def judge(run_dir, plan, variant="stock"):
     else:
         lines = [json.loads(l) for l in events.splitlines() if l.strip()]
         # Any aborted connection (a failed move, a timeout, a reset) can reach the known
-        # late-CDC bug on kernels without its fix; reuse_verdict.py explains a reuse by it
-        # only on that bug's evidence.
-        allowed = set() if variant == "lateabort-fix" else {"late-cdc"}
+        # late-CDC bug on kernels without its fix; any connection that closes with data
+        # unsent, the late-data bug (no variant fixes it yet). reuse_verdict.py explains
+        # by either only on that bug's evidence.
+        allowed = {"late-data"} | (set() if variant == "lateabort-fix" else {"late-cdc"})
         verdict, reuses, _explained, unexplained = reuse_verdict.judge(lines, allowed)
         for u in unexplained:
             bad("reuse", f"host {verdict}: {u}")

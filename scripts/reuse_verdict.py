@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The host's reuse verdict of one run, from its event stream, with named exceptions.
 
-Usage: scripts/reuse_verdict.py EVENTS.jsonl [--allow late-cdc]
+Usage: scripts/reuse_verdict.py EVENTS.jsonl [--allow late-cdc] [--allow late-data]
 
 Prints one line, "host: VERDICT ..." and what explains each exception, and exits 0 when
 the verdict is CLEAN or no reuse, or every stale reuse and foreign CDC message is
@@ -17,13 +17,29 @@ Exceptions (each a known kernel bug, docs/known-bugs.md):
             stale (every stale byte can be one of them; a late CDC message alone: at
             most 32 bytes from offset 0); and a foreign CDC message that carries the
             abort or closed flag (an old connection's close).
+  late-data a connection that closed with data it could not send sends it later,
+            with a CDC message that still carries its close, into the peer's DMB that
+            a new connection took ("data a connection still had to send after its
+            close lands in the peer's reused DMB", section 9). It explains a foreign
+            CDC message with the closed flag and without the abort flag that came
+            after data moves of its own (`late_moves` > 0: the observer found it when
+            the connection it had closed wrote on). Nothing else.
 """
 import argparse
 import json
 import sys
 
 CDC_LEN = 32
-CLOSING = 0x20 | 0x40  # peer_conn_abort | peer_conn_closed
+PEER_CONN_ABORT, PEER_CONN_CLOSED = 0x20, 0x40
+CLOSING = PEER_CONN_ABORT | PEER_CONN_CLOSED
+EXCEPTIONS = ("late-cdc", "late-data")
+
+
+def late_data(line):
+    """Whether a foreign_cdc line is section 9's evidence: a close, no abort, after data."""
+    state = line.get("conn_state", 0)
+    return bool(state & PEER_CONN_CLOSED and not state & PEER_CONN_ABORT
+                and int(line.get("late_moves") or 0) > 0)
 
 
 def judge(lines, allowed):
@@ -58,7 +74,11 @@ def judge(lines, allowed):
             what = (f"{where} conn {line.get('conn')}: foreign CDC message "
                     f"(cursor {line.get('seen')}, the connection's {line.get('expected')}, "
                     f"flags {line.get('conn_state', 0):#04x})")
-            if "late-cdc" in allowed and line.get("conn_state", 0) & CLOSING:
+            if "late-data" in allowed and late_data(line):
+                explained.append(f"{what}, an old connection's late data and close "
+                                 f"({line.get('late_moves')} moves, {line.get('late_bytes')} bytes; "
+                                 f"known bug late-data)")
+            elif "late-cdc" in allowed and line.get("conn_state", 0) & CLOSING:
                 explained.append(f"{what}, an old connection's close (known bug late-cdc)")
             else:
                 unexplained.append(what)
@@ -78,7 +98,7 @@ def judge(lines, allowed):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("events")
-    ap.add_argument("--allow", action="append", default=[], choices=["late-cdc"])
+    ap.add_argument("--allow", action="append", default=[], choices=EXCEPTIONS)
     args = ap.parse_args(argv)
     try:
         with open(args.events, encoding="utf-8") as f:

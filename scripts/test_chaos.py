@@ -161,7 +161,8 @@ CLEAN_EVENTS = [{"kind": "dmb_reused", "function": "ism0", "token": "0x1", "conn
 class Judging(unittest.TestCase):
     PLAN = {"seed": 1, "workload": "stream", "scale": 4, "start": [], "mid": []}
 
-    def round(self, a="", b="", events=CLEAN_EVENTS, status="alive=0 stop=0", plan=None, **files):
+    def round(self, a="", b="", events=CLEAN_EVENTS, status="alive=0 stop=0", plan=None,
+              variant="stock", **files):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d)
         ends = "FAULT: PHASE work rc=0\nCHAOS: SECS 12\n"
@@ -174,7 +175,7 @@ class Judging(unittest.TestCase):
         for name, text in files.items():
             with open(os.path.join(d, name.replace("_", ".")), "w") as f:
                 f.write(text)
-        return chaos.judge(d, plan or self.PLAN)
+        return chaos.judge(d, plan or self.PLAN, variant)
 
     def test_a_round_that_held(self):
         err = ("SUMMARY test=stream side=server conns=1 smcd=1 failed=1 FAIL first_error=conn 0: "
@@ -226,6 +227,19 @@ class Judging(unittest.TestCase):
         late = {"kind": "late_write", "function": "ism0", "token": "0x1", "after_zeroed": True}
         self.assertEqual(list(self.round(events=[stale])), ["reuse"])
         self.assertEqual(self.round(events=[late, stale]), {})
+
+    def test_reuse_late_data_is_allowed_on_every_variant_late_cdc_not_on_its_fix(self):
+        # Round 554400509 (known-bugs section 9): a close without abort, after data moves.
+        late_data = {"kind": "foreign_cdc", "function": "ism0", "token": "0x1", "conn": 2,
+                     "expected": 0, "seen": 4176, "conn_state": 0x40, "found": "continuation",
+                     "late_moves": 3, "late_bytes": 4176}
+        # Section 3's late-write: an aborted connection's close, no data with it.
+        late_cdc = {"kind": "foreign_cdc", "function": "ism0", "token": "0x1", "conn": 2,
+                    "expected": 5936, "seen": 3728, "conn_state": 0x60}
+        for variant in ("stock", "debug", "lateabort-fix"):
+            self.assertEqual(self.round(events=[late_data], variant=variant), {}, variant)
+        self.assertEqual(self.round(events=[late_cdc]), {})
+        self.assertEqual(list(self.round(events=[late_cdc], variant="lateabort-fix")), ["reuse"])
 
     def test_emulator_and_plan(self):
         self.assertEqual(list(self.round(status="alive=1 stop=1")), ["emulator"])

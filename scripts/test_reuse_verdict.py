@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""reuse_verdict.py (make unit): the host's verdict of recorded make faults runs, and
-what may and may not explain a stale reuse or a foreign CDC message."""
+"""reuse_verdict.py (make unit): the host's verdict of recorded make faults and make
+chaos runs, and what may and may not explain a stale reuse or a foreign CDC message."""
 
 import json
 import os
@@ -11,11 +11,12 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reuse_verdict  # noqa: E402
 
-DATA = pathlib.Path(__file__).resolve().parent / "testdata" / "faults"
+TESTDATA = pathlib.Path(__file__).resolve().parent / "testdata"
+DATA = TESTDATA / "faults"
 
 
-def events(name):
-    with open(DATA / name, encoding="utf-8") as f:
+def events(name, under=DATA):
+    with open(under / name, encoding="utf-8") as f:
         return [json.loads(l) for l in f if l.strip()]
 
 
@@ -45,7 +46,36 @@ class RecordedRuns(unittest.TestCase):
         self.assertIn("old connection's close", explained[0])
 
 
+    def test_late_data_and_close_in_a_live_dmb_is_crossed_and_explained_only_by_late_data(self):
+        # make chaos CHAOS_ROUND=554400509 KERNEL=6.12 VARIANT=stock, the shrunk run's trace
+        # replayed (device/tests/data/chaos-554400509-seq-6.12-stock.trace.jsonl.gz).
+        lines = events("seq-554400509-6.12.events.jsonl", TESTDATA / "chaos")
+        verdict, _, explained, unexplained = reuse_verdict.judge(lines, {"late-data"})
+        self.assertEqual((verdict, len(explained), unexplained), ("CROSSED", 1, []))
+        self.assertIn("known bug late-data", explained[0])
+        verdict, _, explained, unexplained = reuse_verdict.judge(lines, set())
+        self.assertEqual((verdict, explained, len(unexplained)), ("CROSSED", [], 1))
+
+
+def foreign(conn_state, late_moves=None):
+    line = {"kind": "foreign_cdc", "function": "ism0", "token": "0x1", "conn": 2,
+            "expected": 0, "seen": 4176, "conn_state": conn_state}
+    if late_moves is not None:
+        line.update(found="continuation", late_moves=late_moves, late_bytes=4176 if late_moves else 0)
+    return line
+
+
 class Rules(unittest.TestCase):
+    def test_late_data_needs_a_close_without_abort_and_data_before_it(self):
+        self.assertEqual(reuse_verdict.judge([foreign(0x40, 3)], {"late-data"})[3], [])
+        for line in (foreign(0x40), foreign(0x40, 0), foreign(0x60, 3), foreign(0x20, 3), foreign(0, 3)):
+            verdict, _, _, unexplained = reuse_verdict.judge([line], {"late-data"})
+            self.assertEqual((verdict, len(unexplained)), ("CROSSED", 1), line)
+
+    def test_late_data_explains_no_stale_reuse(self):
+        lines = [late(True, nbytes=4096), reused(2, 7)]
+        self.assertEqual(len(reuse_verdict.judge(lines, {"late-data"})[3]), 1)
+
     def test_clean_and_no_reuse(self):
         self.assertEqual(reuse_verdict.judge([reused(2, 0)], set())[0], "CLEAN")
         self.assertEqual(reuse_verdict.judge([], set())[0], "no reuse")
@@ -93,6 +123,9 @@ class Rules(unittest.TestCase):
         self.assertEqual(reuse_verdict.main([str(path), "--allow", "late-cdc"]), 0)
         self.assertEqual(reuse_verdict.main([str(path)]), 1)
         self.assertEqual(reuse_verdict.main([str(DATA / "missing.jsonl")]), 2)
+        crossed = TESTDATA / "chaos" / "seq-554400509-6.12.events.jsonl"
+        self.assertEqual(reuse_verdict.main([str(crossed), "--allow", "late-data"]), 0)
+        self.assertEqual(reuse_verdict.main([str(crossed), "--allow", "late-cdc", "--allow", "late-data"]), 0)
 
 
 if __name__ == "__main__":

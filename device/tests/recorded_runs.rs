@@ -1,5 +1,5 @@
-//! Traces of real guests' runs (`serve --trace`, under `make faults`), replayed through
-//! the binary: what the host says about each is pinned here, so that an observer change
+//! Traces of real guests' runs (`serve --trace`, under `make faults` and `make chaos`),
+//! replayed through the binary: what the host says about each is pinned here, so that an observer change
 //! that would misread them fails a test instead of a user's run.
 
 use std::path::{Path, PathBuf};
@@ -111,5 +111,77 @@ fn an_old_connections_close_in_a_reused_dmb_is_crossed_not_a_stale_reuse() {
     assert_eq!(
         (&closed[0]["conn"], &closed[0]["how"]),
         (&Value::from(1), &Value::from("abort"))
+    );
+}
+
+/// `make chaos CHAOS_ROUND=554400509 KERNEL=6.12 VARIANT=stock`, the finding's shrunk run
+/// (`--fault 'irq-drop@ism1,next=2'`; docs/known-bugs.md, section 9): b's first
+/// connection never learned that a had read its first pass over a's ring, closed with
+/// 4,176 bytes unsent, and 0.35 s later wrote them, and a CDC message with its
+/// `peer_conn_closed`, into a's DMB, which a had zeroed and given to its second
+/// connection with b. The late data moves come first, so the late CDC message's cursor
+/// is where they end and the cursor test passes it.
+///
+/// Before the continuation rule the host took that message as the second connection's
+/// close, and the second connection's next message as a third connection on a DMB full
+/// of the second's own bytes: a STALE reuse of 65,269 bytes, which no known bug
+/// explained.
+#[test]
+fn an_old_connections_late_data_and_close_in_a_live_dmb_is_crossed_not_a_stale_reuse() {
+    let dir = TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-recorded-")).unwrap();
+    let trace = unpack(dir.as_path(), "chaos-554400509-seq-6.12-stock.trace.jsonl");
+    let (stdout, events) = replay(&trace);
+    assert!(stdout.contains("0 differ from the recording"), "{stdout}");
+    assert!(stdout.contains("VERDICT: CROSSED"), "{stdout}");
+
+    let foreign = of_kind(&events, "foreign_cdc");
+    assert_eq!(foreign.len(), 1, "{foreign:?}");
+    let f = foreign[0];
+    assert_eq!(
+        (f["function"].as_str(), f["token"].as_str()),
+        (Some("ism0"), Some("0x100000000"))
+    );
+    assert_eq!(f["conn"], 2, "a's second connection");
+    assert_eq!(f["seen"], 4176, "the old connection's cursor: 1/4176");
+    assert_eq!(f["conn_state"], 0x40, "its peer_conn_closed, no abort");
+    assert_eq!(f["expected"], 0, "the live connection's last cursor: 1/0");
+    assert_eq!(f["found"], "continuation");
+    assert_eq!(
+        (&f["late_moves"], &f["late_bytes"]),
+        (&3.into(), &4176.into())
+    );
+
+    let a_dmb = |kind| -> Vec<&Value> {
+        of_kind(&events, kind)
+            .into_iter()
+            .filter(|e| e["token"] == "0x100000000")
+            .collect()
+    };
+    let reuses = a_dmb("dmb_reused");
+    assert_eq!(reuses.len(), 1, "{reuses:?}");
+    assert_eq!(
+        (&reuses[0]["conn"], &reuses[0]["clean"]),
+        (&Value::from(2), &Value::from(true))
+    );
+    assert_eq!(
+        a_dmb("conn_opened").len(),
+        2,
+        "b's two connections, no third"
+    );
+    // The first's close; the late message, taken as the second's close until the
+    // second wrote on; the second's own close at the end.
+    let closed: Vec<(u64, &str)> = a_dmb("conn_closed")
+        .iter()
+        .map(|e| (e["conn"].as_u64().unwrap(), e["how"].as_str().unwrap()))
+        .collect();
+    assert_eq!(closed, [(1, "close"), (2, "close"), (2, "close")]);
+    assert_eq!(a_dmb("conn_closed")[0]["bytes"], 65_504);
+    let at = |e: &Value| e["time_us"].as_u64().unwrap();
+    assert!(at(a_dmb("conn_closed")[1]) <= at(f) && at(f) <= at(a_dmb("conn_closed")[2]));
+    assert!(
+        of_kind(&events, "dmb_reused")
+            .iter()
+            .all(|e| e["clean"] != false),
+        "no stale reuse anywhere"
     );
 }

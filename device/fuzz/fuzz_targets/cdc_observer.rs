@@ -81,6 +81,11 @@ struct Model {
     /// announced, or the end of a data move since (None: more than the observer keeps).
     announced: u64,
     ends: Option<Vec<u64>>,
+    /// Closed: the connection's `announced` and `ends` before its close, should its
+    /// sender write on past one ring (the close was then another connection's).
+    last_close: Option<(u64, Option<Vec<u64>>)>,
+    /// Closed: a move since the close found the DMB all zero before it.
+    found_zero: bool,
 }
 
 impl Model {
@@ -95,6 +100,8 @@ impl Model {
             pending: None,
             announced: 0,
             ends: Some(Vec::new()),
+            last_close: None,
+            found_zero: false,
         }
     }
 
@@ -115,10 +122,28 @@ fn is_cdc(offset: u32, signal: bool, data: &[u8]) -> bool {
     offset == 0 && signal && data.len() >= cdc::LEN && data[0] == cdc::TYPE
 }
 
+/// Whether a CDC message without close flags into a closed DMB continues the closed
+/// connection (docs/observer.md, "foreign CDC messages"): past one data area, at a count
+/// the connection's cursor before its close or a move since accepts, and no zeroing seen.
+fn continues(m: &Model, data: &[u8], dmb_len: u32, zeroed: bool) -> bool {
+    let area = u64::from(dmb_len).saturating_sub(cdc::LEN as u64);
+    let Some((announced, before)) = &m.last_close else {
+        return false;
+    };
+    let wrap = u64::from(cdc::prod_wrap(data));
+    let seen = u64::from(cdc::prod_count(data));
+    if zeroed || area == 0 || wrap * area + seen <= area {
+        return false;
+    }
+    let moved_to = |ends: &Option<Vec<u64>>| ends.as_ref().is_none_or(|e| e.contains(&seen));
+    seen == *announced || moved_to(before) || (m.pending.is_some() && moved_to(&m.ends))
+}
+
 /// The model's step for an accepted move (docs/observer.md: a move into a closed DMB only
 /// may start a connection, the next CDC decides; a CDC whose producer count is not the
 /// open connection's is foreign and changes nothing). Returns, when it reopened a closed
-/// DMB, the nonzero bytes the reuse check must have found.
+/// DMB, the nonzero bytes the reuse check must have found. `zeroed`: the observer saw the
+/// owner zero the DMB since the last close.
 fn step(
     m: &mut Model,
     offset: u32,
@@ -126,6 +151,7 @@ fn step(
     data: &[u8],
     dmb_len: u32,
     before: u64,
+    zeroed: bool,
 ) -> Option<u64> {
     m.bytes += data.len() as u64;
     m.signals += u64::from(signal);
@@ -144,6 +170,7 @@ fn step(
             }
         }
         ConnState::Closed if !is_msg => {
+            m.found_zero |= before == 0;
             if m.pending.is_none() {
                 m.pending = Some(before);
                 m.ends = Some(Vec::new());
@@ -154,9 +181,31 @@ fn step(
         }
         ConnState::Closed if closing => {
             m.pending = None;
+            m.found_zero = false;
             return None;
         }
+        ConnState::Closed if continues(m, data, dmb_len, zeroed || m.found_zero || before == 0) => {
+            // The close was another connection's: the connection goes on, with its
+            // moves before the close and since as its own.
+            m.closes -= 1;
+            m.state = ConnState::Open;
+            let (announced, mut ends) = m.last_close.take().expect("continues checked it");
+            if m.pending.take().is_some() {
+                match (&mut ends, &m.ends) {
+                    (Some(list), Some(since)) => list.extend(since),
+                    _ => ends = None,
+                }
+                if ends.as_ref().is_some_and(|e| e.len() > 512) {
+                    ends = None;
+                }
+            }
+            m.announced = announced;
+            m.ends = ends;
+            m.found_zero = false;
+        }
         ConnState::Closed => {
+            m.last_close = None;
+            m.found_zero = false;
             m.connections += 1;
             m.reuses += 1;
             m.state = ConnState::Open;
@@ -183,12 +232,13 @@ fn step(
         if !ours {
             return reopened;
         }
-        m.announced = seen;
-        m.ends = Some(Vec::new());
         if closing {
+            m.last_close = Some((m.announced, m.ends.take()));
             m.state = ConnState::Closed;
             m.closes += 1;
         }
+        m.announced = seen;
+        m.ends = Some(Vec::new());
     }
     reopened
 }
@@ -229,10 +279,17 @@ impl Run {
         if !self.world.move_data(sender, at, data) {
             return;
         }
-        let model = self.models.entry(token).or_insert_with(Model::new);
         let dmb_len = self.world.fabric.dmb(token).map_or(0, |d| d.len);
         let nonzero = before.iter().filter(|&&b| b != 0).count() as u64;
-        if let Some(stale) = step(model, offset, signal, data, dmb_len, nonzero) {
+        let zeroed = self
+            .observer
+            .summaries()
+            .into_iter()
+            .find(|s| s.token == token)
+            .and_then(|s| s.recent.last().map(|r| r.zeroed_after_ms.is_some()))
+            .unwrap_or(false);
+        let model = self.models.entry(token).or_insert_with(Model::new);
+        if let Some(stale) = step(model, offset, signal, data, dmb_len, nonzero, zeroed) {
             let summary = self.summary(token);
             let record = summary.recent.last().expect("a reuse has a record");
             if let Some(clean) = record.reuse_clean {

@@ -61,6 +61,14 @@ pub fn prod_count(data: &[u8]) -> u32 {
         .map_or(0, u32::from_be_bytes)
 }
 
+/// The producer cursor's wrap of a CDC message: how many passes over the data area the
+/// sender has finished (0 if `data` is shorter than [`LEN`]).
+pub fn prod_wrap(data: &[u8]) -> u16 {
+    data.get(PROD_WRAP..PROD_WRAP + 2)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u16::from_be_bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +93,7 @@ mod tests {
         assert_eq!((m[22], m[23]), (0x11, 0x40));
         assert_eq!(prod_count(&m), 0x0304_0506);
         assert_eq!(prod_count(&m[..12]), 0, "too short");
+        assert_eq!(prod_wrap(&m), 0x0102);
+        assert_eq!(prod_wrap(&m[..9]), 0, "too short");
     }
 }

@@ -17,6 +17,13 @@ pub(super) fn cdc_count(data: &[u8]) -> u64 {
     u64::from(cdc::prod_count(data))
 }
 
+/// How far a CDC message's producer cursor says its sender has written since its
+/// connection began: `wrap` passes over a data area of `area` bytes, and `count` more.
+/// A connection's first CDC message is at most one data area (see `dmb_life`).
+pub(super) fn cdc_position(data: &[u8], area: u64) -> u64 {
+    u64::from(cdc::prod_wrap(data)) * area + cdc_count(data)
+}
+
 /// Where a data move at `addr` ends in the data area of a DMB of `dmb_len` bytes, if it
 /// lies in it.
 pub(super) fn data_end(addr: &MoveAddress, len: usize, dmb_len: u32) -> Option<u64> {
@@ -64,10 +71,21 @@ impl Cursor {
         }
     }
 
+    /// Whether a CDC message with producer count `seen` can be this connection's.
+    pub(super) fn accepts(&self, seen: u64) -> bool {
+        seen == self.announced || self.moved_to(seen)
+    }
+
+    /// Whether one of the data moves since the last CDC message ended at `seen` (or more
+    /// moved than are kept, so that it may have).
+    pub(super) fn moved_to(&self, seen: u64) -> bool {
+        self.overflow || self.ends.contains(&seen)
+    }
+
     /// Whether a CDC message with producer count `seen` can be this connection's;
     /// if so it is the new announced position.
     pub(super) fn announce(&mut self, seen: u64) -> bool {
-        let ours = self.overflow || seen == self.announced || self.ends.contains(&seen);
+        let ours = self.accepts(seen);
         if ours {
             // Cleared, not replaced: the moves' path allocates nothing per message.
             self.announced = seen;
@@ -75,6 +93,20 @@ impl Cursor {
             self.overflow = false;
         }
         ours
+    }
+
+    /// The data moves of `later`, which came after this cursor's, as this connection's:
+    /// a connection the host held closed for a while is given back its moves since.
+    pub(super) fn append(&mut self, later: &Cursor) {
+        for &end in &later.ends {
+            self.data_moved(end);
+        }
+        self.overflow |= later.overflow;
+    }
+
+    /// Where the connection's last CDC message put its producer count.
+    pub(super) fn announced(&self) -> u64 {
+        self.announced
     }
 
     /// Where the connection's data ends as far as the host saw it.

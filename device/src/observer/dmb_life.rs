@@ -25,10 +25,19 @@
 //!
 //! A new connection's first CDC never carries the close flags (it is the CDC of its
 //! first send), and the flags stay set in every CDC an aborted or closed connection
-//! sends afterwards (net/smc keeps them in `local_tx_ctrl`). The reuse check reads the
-//! whole DMB *before* the first move that may start a connection is applied; the fabric
-//! does the reading, outside its lock and within a byte budget, and hands the result in
-//! ([`ReuseCheck`]). A read that did not happen is an *unknown* reuse, never a clean one.
+//! sends afterwards (net/smc keeps them in `local_tx_ctrl`). Nor is a new connection's
+//! first CDC more than one pass of the data ring on; one that is continues the closed
+//! connection, whose close was another connection's CDC message (see `continuation`):
+//!
+//! ```text
+//!   closed[, pending] --CDC without close flags, past one ring--> open again (no reuse;
+//!                                               `foreign_cdc` found as a continuation)
+//! ```
+//!
+//! The reuse check reads the whole DMB *before* the first move that may start a
+//! connection is applied; the fabric does the reading, outside its lock and within a byte
+//! budget, and hands the result in ([`ReuseCheck`]). A read that did not happen is an
+//! *unknown* reuse, never a clean one.
 //!
 //! The zeroing watch resumes where it stopped: bytes up to `scan_from` were seen zero, and
 //! a byte seen nonzero is looked at first next time (one page, not the whole DMB, while a
@@ -37,7 +46,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+mod continuation;
 mod zero_watch;
+
+use continuation::{continues, LastClose};
 
 use super::cursor::{
     cdc_count, closing_flags, data_area, data_end, is_cdc, may_open_connection, Cursor,
@@ -66,6 +78,17 @@ pub struct DmbLife {
     pending: Option<Pending>,
     /// The open connection's producer cursor, as far as the host can follow it.
     cursor: Cursor,
+    /// The open connection's data moves since its last CDC message.
+    since_cdc: Moved,
+    /// Closed: what the close took, should the connection turn out to go on.
+    last_close: Option<LastClose>,
+}
+
+/// Data moves counted: how many, and their bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Moved {
+    moves: u64,
+    bytes: u64,
 }
 
 /// Data moves into a closed DMB before the peer's next CDC (see the module's text).
@@ -145,6 +168,8 @@ impl Tracker {
                 looked_at: 0,
                 pending: None,
                 cursor: Cursor::default(),
+                since_cdc: Moved::default(),
+                last_close: None,
             },
         );
     }
@@ -239,6 +264,15 @@ impl Tracker {
                     events.push(Self::late_write(life, pending));
                     return events;
                 }
+                let zeroed = found_zero
+                    || pending.as_ref().is_some_and(|p| p.found_zero)
+                    || life.current().is_some_and(|r| r.zeroed_after_ms.is_some());
+                let continued = life
+                    .last_close
+                    .take_if(|close| continues(close, zeroed, dmb.len, data, pending.as_ref()));
+                if let Some(close) = continued {
+                    return vec![Self::reopened(life, close, pending)];
+                }
                 let (since_us, check, bytes, cursor) = pending
                     .map_or((now_us(), check, 0, Cursor::default()), |p| {
                         (p.since_us, p.check, p.bytes, p.cursor)
@@ -310,6 +344,7 @@ impl Tracker {
         s.recent.push(record);
         life.closed_us = None;
         life.watch_done = false;
+        life.last_close = None;
         events.push(s.event(What::ConnOpened { rgid: s.rgid, conn }));
         events
     }
@@ -362,6 +397,9 @@ impl Tracker {
             expected,
             seen,
             conn_state: data[cdc::CONN_STATE],
+            found: None,
+            late_moves: None,
+            late_bytes: None,
         })
     }
 
@@ -377,6 +415,8 @@ impl Tracker {
                 if let Some(end) = data_end(addr, data.len(), dmb.len) {
                     life.cursor.data_moved(end);
                 }
+                life.since_cdc.moves += 1;
+                life.since_cdc.bytes += data.len() as u64;
                 if let Some(record) = life.current() {
                     record.bytes += data.len() as u64;
                 }
@@ -390,13 +430,22 @@ impl Tracker {
         // that data ends. A CDC message whose cursor is anywhere else was written by
         // another connection's sender.
         let seen = cdc_count(data);
+        let flags = closing_flags(data);
+        // What a close takes, should it turn out to be another connection's.
+        let before = (flags != 0).then(|| life.cursor.clone());
         if data_area(dmb.len).is_some() && !life.cursor.announce(seen) {
             return vec![Self::foreign_cdc(life, seen, data)];
         }
-        let flags = closing_flags(data);
-        if flags == 0 {
+        let moved = std::mem::take(&mut life.since_cdc);
+        let Some(cursor) = before else {
             return Vec::new();
-        }
+        };
+        life.last_close = Some(LastClose {
+            cursor,
+            seen,
+            conn_state: data[cdc::CONN_STATE],
+            moved,
+        });
         let how = if flags & cdc::PEER_CONN_ABORT != 0 {
             "abort"
         } else {
@@ -438,6 +487,8 @@ impl Tracker {
 mod tests {
     use super::*;
     use crate::fabric::ZeroScan;
+    use crate::observer::cursor::cdc_position;
+    use crate::observer::FOUND_CONTINUATION;
 
     fn cdc_msg(conn_state: u8) -> Vec<u8> {
         cdc_at(conn_state, 0)
@@ -681,7 +732,10 @@ mod tests {
                 conn: 2,
                 expected: 64,
                 seen: 18_087_952 % 65504,
-                conn_state: 0x60
+                conn_state: 0x60,
+                found: None,
+                late_moves: None,
+                late_bytes: None,
             }]
         );
         // The new connection goes on, and its own cursors are still its own.
@@ -692,6 +746,124 @@ mod tests {
             (d.state, d.connections, d.foreign_cdcs),
             (ConnState::Open, 2, 1)
         );
+    }
+
+    /// A connection that fills the 65,504-byte ring once, its CDC message at 1/0: the
+    /// most a new connection's first message may say.
+    fn fill_the_ring(t: &mut Tracker) -> Vec<What> {
+        let mut whats = mv(t, data_at(32), &[7; 65504], 0);
+        whats.extend(mv(t, cdc_at0(), &cdc_at(0, 65504), 0));
+        whats
+    }
+
+    /// The 4,176 bytes of chaos round 554400509 (known-bugs section 9): 32 bytes, then
+    /// the next 4 KiB chunk, at the offsets a second pass over the ring writes them.
+    fn second_pass(t: &mut Tracker, found: u64) {
+        for (offset, len) in [(32, 32), (64, 4032), (4096, 112)] {
+            assert!(mv(t, data_at(offset), &vec![9; len], found).is_empty());
+        }
+    }
+
+    /// Chaos round 554400509: b's old connection, blocked since its first pass, closed
+    /// with 4,176 bytes unsent; when it learned the ring was free it wrote them, and its
+    /// CDC message with `peer_conn_closed`, into the DMB a's next connection had taken.
+    /// The cursor test passes that message (the late moves end where it says), so the
+    /// host took it as the live connection's close. The live connection's own next
+    /// message, past one ring, cannot be a new connection's first: the close is withdrawn.
+    #[test]
+    fn a_connection_that_writes_on_past_one_ring_was_closed_by_another_connections_cdc() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        assert_eq!(kinds(&fill_the_ring(&mut t)), ["opened"]);
+        let close = cdc_at(cdc::PEER_CONN_CLOSED, 65504);
+        assert_eq!(kinds(&mv(&mut t, cdc_at0(), &close, 0)), ["closed"]);
+        zeroed(&mut t);
+        assert_eq!(kinds(&fill_the_ring(&mut t)), ["reused", "opened"]);
+        // The old connection's late data and close, into the live connection's DMB.
+        second_pass(&mut t, 0);
+        let late_close = cdc_at(cdc::PEER_CONN_CLOSED, 65504 + 4176);
+        assert_eq!(kinds(&mv(&mut t, cdc_at0(), &late_close, 0)), ["closed"]);
+        // The live connection's own second pass, then its CDC message: 1/4176.
+        second_pass(&mut t, 65269);
+        let went_on = mv(&mut t, cdc_at0(), &cdc_at(0, 65504 + 4176), 65267);
+        assert_eq!(
+            went_on,
+            [What::ForeignCdc {
+                conn: 2,
+                expected: 0,
+                seen: 4176,
+                conn_state: cdc::PEER_CONN_CLOSED,
+                found: Some(FOUND_CONTINUATION.to_string()),
+                late_moves: Some(3),
+                late_bytes: Some(4176),
+            }]
+        );
+        let d = t.summary(TOKEN).unwrap();
+        assert_eq!(
+            (d.state, d.connections, d.reuses, d.stale_reuses),
+            (ConnState::Open, 2, 1, 0)
+        );
+        assert_eq!((d.closes, d.foreign_cdcs), (1, 1));
+        let live = &d.recent[1];
+        assert_eq!((live.closed_us, live.how.as_deref()), (None, None));
+        assert_eq!(
+            live.bytes,
+            65504 + 2 * 4176,
+            "its own bytes and the late ones"
+        );
+        // Its real close is its own, at its own cursor.
+        let real_close = mv(&mut t, cdc_at0(), &late_close, 0);
+        assert!(matches!(
+            real_close[..],
+            [What::ConnClosed {
+                conn: 2,
+                bytes: 73856,
+                ..
+            }]
+        ));
+        let d = t.summary(TOKEN).unwrap();
+        assert_eq!(
+            (d.state, d.closes, d.foreign_cdcs),
+            (ConnState::Closed, 2, 1)
+        );
+    }
+
+    /// Past one ring but not where the closed connection's cursor could be: not its
+    /// continuation, whatever else it is.
+    #[test]
+    fn a_cdc_past_one_ring_elsewhere_than_the_closed_connections_cursor_continues_nothing() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        fill_the_ring(&mut t);
+        second_pass(&mut t, 0);
+        let close = cdc_at(cdc::PEER_CONN_CLOSED, 65504 + 4176);
+        assert_eq!(kinds(&mv(&mut t, cdc_at0(), &close, 0)), ["closed"]);
+        // No data since the close, and a count the closed connection never reached.
+        let other = mv(&mut t, cdc_at0(), &cdc_at(0, 65504 + 100), 4208);
+        assert_eq!(kinds(&other), ["reused", "opened", "other"]);
+        assert!(
+            matches!(&other[2], What::ForeignCdc { conn: 2, seen: 100, found: None, .. }),
+            "the cursor test's, as for any first message at a count its data never reached: {other:?}"
+        );
+        let d = t.summary(TOKEN).unwrap();
+        assert_eq!((d.connections, d.closes), (2, 1));
+    }
+
+    /// Once the owner zeroed the DMB its kernel had released it: the close was real to
+    /// the owner, and the host does not take it back.
+    #[test]
+    fn a_close_the_owner_zeroed_after_is_not_withdrawn() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        fill_the_ring(&mut t);
+        let close = cdc_at(cdc::PEER_CONN_CLOSED, 65504);
+        assert_eq!(kinds(&mv(&mut t, cdc_at0(), &close, 0)), ["closed"]);
+        zeroed(&mut t);
+        second_pass(&mut t, 0);
+        let next = mv(&mut t, cdc_at0(), &cdc_at(0, 65504 + 4176), 0);
+        assert_eq!(kinds(&next), ["reused", "opened"]);
+        let d = t.summary(TOKEN).unwrap();
+        assert_eq!((d.connections, d.closes, d.foreign_cdcs), (2, 1, 0));
     }
 
     #[test]
@@ -714,6 +886,11 @@ mod tests {
             7,
             "the wrap counts passes only"
         );
+        assert_eq!(
+            cdc_position(&cdc_at(0, 2 * 65504 + 7), 65504),
+            2 * 65504 + 7
+        );
+        assert_eq!(cdc_position(&cdc_at(0, 65504), 65504), 65504, "one ring");
     }
 
     /// After a failed write the sender writes the same data again from its old cursor:

@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::util::json::{gid, hex, hex_opt};
 
+/// `foreign_cdc`'s `found` when a close turned out to be another connection's CDC message
+/// (the closed connection wrote on).
+pub const FOUND_CONTINUATION: &str = "continuation";
+
 /// One line of the event stream: which function (and DMB) it is about, and what happened.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ObservedEvent {
@@ -82,11 +86,24 @@ pub enum What {
     /// producer cursor (`seen`, bytes) is not where that connection's data ends
     /// (`expected`): another connection's sender wrote it, and the owner's kernel reads
     /// it as `conn`'s. `conn_state` is its connection-state byte (0x20: abort).
+    ///
+    /// `found` is absent when the cursor test found it as it landed. `"continuation"`:
+    /// it had passed that test and closed `conn` in the host's view, and `conn`'s sender
+    /// wrote on past one pass of the data ring, so that close was this message; then
+    /// `late_moves` and `late_bytes` are the data moves that came before it since
+    /// `conn`'s last CDC message, and `expected` is where that message put the cursor.
     ForeignCdc {
         conn: u64,
         expected: u64,
         seen: u64,
         conn_state: u8,
+        /// A string, not an enum: a reader of another version's stream keeps the line.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        found: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        late_moves: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        late_bytes: Option<u64>,
     },
     /// Lines of this function the stream dropped (over its rate; `function` is `-` for
     /// lines lost while the writer was behind).

@@ -36,7 +36,7 @@ use crate::dmb::now_us;
 use crate::util::line_writer::{LineWriter, Sink};
 use crate::util::ratelimit::RateLimit;
 pub use dmb_life::DmbLife;
-pub use event::{to_json_line, Line, ObservedEvent, What};
+pub use event::{to_json_line, Line, ObservedEvent, What, FOUND_CONTINUATION};
 pub use summary::DmbSummary;
 
 /// The event stream's capacity between the fabric and the writer thread.

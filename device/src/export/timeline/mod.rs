@@ -328,7 +328,7 @@ mod tests {
     use super::tracks::BEFORE_TRACE;
     use super::*;
     use crate::export::chrome_trace::Phase;
-    use crate::observer::to_json_line;
+    use crate::observer::{to_json_line, FOUND_CONTINUATION};
 
     const GID: u64 = 0x1234_0049_534d_0001;
     const TOKEN: u64 = 0x1_0000_0000;
@@ -659,6 +659,41 @@ mod tests {
         assert_eq!(regs[0].args["unregistration"], "not seen");
         assert_eq!(regs[1].args["unregistration"], "not seen by the end");
         assert_eq!(regs[1].dur, Some(0));
+    }
+
+    /// Chaos round 554400509: a late CDC message closed conn 2 in the stream, and the
+    /// `foreign_cdc` found as a continuation withdrew that close.
+    #[test]
+    fn a_close_found_foreign_goes_on_in_a_slice_of_its_own() {
+        let foreign = What::ForeignCdc {
+            conn: 2,
+            expected: 0,
+            seen: 4176,
+            conn_state: 0x40,
+            found: Some(FOUND_CONTINUATION.into()),
+            late_moves: Some(3),
+            late_bytes: Some(4176),
+        };
+        let doc = convert(&[
+            registered(1_000),
+            opened(2_000, 2),
+            closed(3_000, 2, 69_680),
+            line(3_500, foreign),
+            closed(4_000, 2, 73_856),
+            unregistered(5_000),
+        ]);
+        let conn = named(&doc, "conn 2");
+        assert_eq!(conn.len(), 2, "{conn:?}");
+        assert_eq!((conn[0].ts, conn[0].dur), (1_000, Some(1_000)));
+        assert_eq!((conn[1].ts, conn[1].dur), (2_500, Some(500)));
+        assert_eq!(conn[1].args["continued"], tracks::CONTINUED);
+        assert!(
+            !conn[1].args.contains_key("mean_MB_per_s"),
+            "its bytes are since its open, not since the continuation"
+        );
+        let instant = named(&doc, "FOREIGN CDC")[0];
+        assert_eq!(instant.args["found"], FOUND_CONTINUATION);
+        assert_eq!(instant.args["late_bytes"], 4176);
     }
 
     #[test]

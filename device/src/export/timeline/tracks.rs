@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::export::chrome_trace::{Scope, TraceEvent};
-use crate::observer::What;
+use crate::observer::{What, FOUND_CONTINUATION};
 
 /// The `start` arg of a slice whose start the stream did not show.
 pub(super) const BEFORE_TRACE: &str = "before the trace began";
+
+/// The `continued` arg of a connection's slice after a close that was not its own.
+pub(super) const CONTINUED: &str = "its close was another connection's CDC message";
 
 /// What the stream says about one track, waiting for its end.
 pub(super) struct OpenSlice {
@@ -142,8 +145,11 @@ impl Track {
                 };
                 let end = t.max(open.start);
                 let dur = end - open.start;
-                // A connection whose open was not seen has no duration to divide by.
-                let known = !open.args.contains_key("start") && dur > 0;
+                // A connection whose open was not seen has no duration to divide by, nor
+                // has one continued (its bytes are since its open).
+                let known = !open.args.contains_key("start")
+                    && !open.args.contains_key("continued")
+                    && dur > 0;
                 let rate = known.then(|| bytes as f64 / (dur as f64 / 1e6));
                 open.args.insert("how".into(), how.into());
                 open.args.insert("bytes".into(), bytes.into());
@@ -190,14 +196,34 @@ impl Track {
                 expected,
                 seen,
                 conn_state,
+                found,
+                late_moves,
+                late_bytes,
             } => {
                 let name = "FOREIGN CDC".to_string();
-                let instant = TraceEvent::instant(name, "crossed", at, t, Scope::Thread)
+                let mut instant = TraceEvent::instant(name, "crossed", at, t, Scope::Thread)
                     .arg("conn", conn)
                     .arg("expected", expected)
                     .arg("seen", seen)
                     .arg("conn_state", conn_state);
+                for (key, value) in [("late_moves", late_moves), ("late_bytes", late_bytes)] {
+                    if let Some(value) = value {
+                        instant = instant.arg(key, value);
+                    }
+                }
+                let continued = found.as_deref() == Some(FOUND_CONTINUATION);
+                if let Some(found) = found {
+                    instant = instant.arg("found", found);
+                }
                 events.push(instant);
+                // The close the stream showed was this message: the connection goes on
+                // from here, and its next close ends it.
+                if continued && self.conn.is_none() {
+                    let mut open = OpenSlice::new(t, &format!("conn {conn}"));
+                    open.args.insert("conn".into(), conn.into());
+                    open.args.insert("continued".into(), CONTINUED.into());
+                    self.conn = Some(open);
+                }
             }
             What::DmbReused {
                 conn,
