@@ -50,6 +50,40 @@ fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["kind"] == kind).collect()
 }
 
+/// Replays the recorded trace NAME, which must replay exactly and end CROSSED: its
+/// event stream (the directory holds the unpacked trace while the caller reads it).
+fn replayed_crossed(name: &str) -> (TempDir, Vec<Value>) {
+    let dir = TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-recorded-")).unwrap();
+    let trace = unpack(dir.as_path(), name);
+    let (stdout, events) = replay(&trace);
+    assert!(stdout.contains("0 differ from the recording"), "{stdout}");
+    assert!(stdout.contains("VERDICT: CROSSED"), "{stdout}");
+    (dir, events)
+}
+
+/// The run's one foreign CDC message, which both recorded runs find in a's DMB.
+fn the_foreign_cdc(events: &[Value]) -> &Value {
+    let foreign = of_kind(events, "foreign_cdc");
+    assert_eq!(foreign.len(), 1, "{foreign:?}");
+    let f = foreign[0];
+    assert_eq!(
+        (f["function"].as_str(), f["token"].as_str()),
+        (Some("ism0"), Some(A_DMB))
+    );
+    f
+}
+
+/// a's DMB in both recorded runs.
+const A_DMB: &str = "0x100000000";
+
+/// The events of KIND on a's DMB.
+fn on_a_dmb<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    of_kind(events, kind)
+        .into_iter()
+        .filter(|e| e["token"] == A_DMB)
+        .collect()
+}
+
 /// `make faults` scenario late-write on stock 6.12 (issue 42): b's data move fails, a
 /// gives up, b's next CDC message carries the abort, a releases its DMB and takes it for
 /// an echo connection with b; 10 s later b closes the failed connection, and that close's
@@ -62,19 +96,8 @@ fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
 /// message that did the harm.
 #[test]
 fn an_old_connections_close_in_a_reused_dmb_is_crossed_not_a_stale_reuse() {
-    let dir = TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-recorded-")).unwrap();
-    let trace = unpack(dir.as_path(), "late-write-6.12-stock.trace.jsonl");
-    let (stdout, events) = replay(&trace);
-    assert!(stdout.contains("0 differ from the recording"), "{stdout}");
-    assert!(stdout.contains("VERDICT: CROSSED"), "{stdout}");
-
-    let foreign = of_kind(&events, "foreign_cdc");
-    assert_eq!(foreign.len(), 1, "{foreign:?}");
-    let f = foreign[0];
-    assert_eq!(
-        (f["function"].as_str(), f["token"].as_str()),
-        (Some("ism0"), Some("0x100000000"))
-    );
+    let (_dir, events) = replayed_crossed("late-write-6.12-stock.trace.jsonl");
+    let f = the_foreign_cdc(&events);
     assert_eq!(f["conn"], 2, "the echo connection");
     assert_eq!(f["conn_state"], 0x20, "the old connection's abort flag");
     assert_eq!(
@@ -87,12 +110,7 @@ fn an_old_connections_close_in_a_reused_dmb_is_crossed_not_a_stale_reuse() {
         "the echo's few bytes"
     );
 
-    let a_dmb = |kind| -> Vec<&Value> {
-        of_kind(&events, kind)
-            .into_iter()
-            .filter(|e| e["token"] == "0x100000000")
-            .collect()
-    };
+    let a_dmb = |kind| on_a_dmb(&events, kind);
     // One reuse, by the echo connection, clean: a zeroed the DMB at release.
     let reuses = a_dmb("dmb_reused");
     assert_eq!(reuses.len(), 1, "{reuses:?}");
@@ -128,19 +146,8 @@ fn an_old_connections_close_in_a_reused_dmb_is_crossed_not_a_stale_reuse() {
 /// explained.
 #[test]
 fn an_old_connections_late_data_and_close_in_a_live_dmb_is_crossed_not_a_stale_reuse() {
-    let dir = TempDir::new_with_prefix(std::env::temp_dir().join("ism-emu-recorded-")).unwrap();
-    let trace = unpack(dir.as_path(), "chaos-554400509-seq-6.12-stock.trace.jsonl");
-    let (stdout, events) = replay(&trace);
-    assert!(stdout.contains("0 differ from the recording"), "{stdout}");
-    assert!(stdout.contains("VERDICT: CROSSED"), "{stdout}");
-
-    let foreign = of_kind(&events, "foreign_cdc");
-    assert_eq!(foreign.len(), 1, "{foreign:?}");
-    let f = foreign[0];
-    assert_eq!(
-        (f["function"].as_str(), f["token"].as_str()),
-        (Some("ism0"), Some("0x100000000"))
-    );
+    let (_dir, events) = replayed_crossed("chaos-554400509-seq-6.12-stock.trace.jsonl");
+    let f = the_foreign_cdc(&events);
     assert_eq!(f["conn"], 2, "a's second connection");
     assert_eq!(f["seen"], 4176, "the old connection's cursor: 1/4176");
     assert_eq!(f["conn_state"], 0x40, "its peer_conn_closed, no abort");
@@ -151,12 +158,7 @@ fn an_old_connections_late_data_and_close_in_a_live_dmb_is_crossed_not_a_stale_r
         (&3.into(), &4176.into())
     );
 
-    let a_dmb = |kind| -> Vec<&Value> {
-        of_kind(&events, kind)
-            .into_iter()
-            .filter(|e| e["token"] == "0x100000000")
-            .collect()
-    };
+    let a_dmb = |kind| on_a_dmb(&events, kind);
     let reuses = a_dmb("dmb_reused");
     assert_eq!(reuses.len(), 1, "{reuses:?}");
     assert_eq!(
