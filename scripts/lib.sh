@@ -182,17 +182,15 @@ need_host_packages() {
     # restored from another machine, as CI's is, would skip the update): no package
     # lists at all means an update first; an install that fails on lists gone stale is
     # tried once more after an update.
-    local updated=
+    # The first install's failure is reported only when no update can follow.
+    local updated= first=(logged --try)
     if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -print -quit 2>/dev/null)" ]; then
         logged "apt-get update" apt-get update || die "apt-get update failed"
-        updated=1
+        updated=1 first=(logged)
     fi
     local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}")
-    if [ -n "$updated" ]; then
-        logged "installing ${missing[*]}" "${install[@]}" && return 0
-        die "could not install host packages: ${missing[*]}"
-    fi
-    logged --try "installing ${missing[*]}" "${install[@]}" && return 0
+    "${first[@]}" "installing ${missing[*]}" "${install[@]}" && return 0
+    [ -z "$updated" ] || die "could not install host packages: ${missing[*]}"
     step "the install failed on this machine's package lists (stale?): apt-get update, then again"
     logged "apt-get update (the install failed: stale package lists?)" apt-get update \
         || die "apt-get update failed"
