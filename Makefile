@@ -24,13 +24,13 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock hops coverage chaos lint clean \
+	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit upstream hops coverage chaos lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|smcdterm-fix|ieqnull-fix|vlanlock-fix|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix] [GCOV=1] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|smcdterm-fix|ieqnull-fix|vlanlock-fix|hslimit-fix|closeuaf-fix|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix|debug-closeuaf-fix] [GCOV=1] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: docs/running.md (\"Targets and variables\"); defaults: scripts/config.sh."
@@ -324,6 +324,26 @@ bug-vlanlock: qemu emulator ## the VLAN refcount's ISM command under smcd->lock:
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
 	done; done
 	scripts/bug-vlanlock.sh $(foreach k,$(VLANLOCK_LINES),$(k):debug $(k):debug-vlanlock-fix)
+
+# net.smc.limit_smc_hs on big-endian (docs/known-bugs.md section 4; scripts/bug-hslimit.sh,
+# guest-tests/kernel/patches/hslimit-fix): one guest, smcapi's hs-sysctl subtest. On each
+# line of HSLIMIT_LINES (default 6.12; the patch applies to 7.3 too) the stock kernel
+# must show the bug (the sysctl's 1 does not reach new sockets) and VARIANT=hslimit-fix
+# must pass. KTAP/JUnit in build/results/bug-hslimit.*.
+HSLIMIT_LINES ?= 6.12
+bug-hslimit: qemu emulator ## net.smc.limit_smc_hs on big-endian: stock's sysctl never reaches new sockets, hslimit-fix's does
+	for k in $(HSLIMIT_LINES); do for v in stock hslimit-fix; do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
+	done; done
+	scripts/bug-hslimit.sh $(foreach k,$(HSLIMIT_LINES),$(k):stock $(k):hslimit-fix)
+
+# Every kernel fix as it would be mailed (scripts/upstream.sh, docs/known-bugs.md "Sending
+# the fixes"): build/upstream/<fix>/ with the patch in git format-patch form against the
+# newest line (7.3.4), checked: applies to each line with the code, checkpatch --strict
+# clean, Fixes: tags checked (guest-tests/kernel/patches/fixes-checked.txt), the BUG ->
+# FIXED counts of the last make bug-* runs. One table; no guest boots.
+upstream: ## every kernel fix as it would be mailed: format-patch, applies, checkpatch, Fixes:, BUG -> FIXED
+	scripts/upstream.sh
 
 # An event file's DMB lifecycles as a trace-event timeline for Perfetto's UI or
 # chrome://tracing, and a picture of it (docs/observer.md, "Timeline"). TIMELINE_EVENTS:

@@ -30,6 +30,12 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # vlanlock-fix (6.12 and 7.x: the ism driver takes its command lock with interrupts off, so
 # that net/smc's VLAN refcount, which issues a command under smcd->lock, cannot deadlock
 # with the interrupt handler: guest-tests/kernel/patches/vlanlock-fix, scripts/bug-vlanlock.sh).
+# hslimit-fix (6.12 and 7.x: net.smc.limit_smc_hs's field a u8 and its sysctl
+# proc_dou8vec_minmax, so that the sysctl works on big-endian machines:
+# guest-tests/kernel/patches/hslimit-fix, scripts/bug-hslimit.sh).
+# closeuaf-fix (every line: smc_close_active_abort() leaves the connection to
+# __smc_release() while its owner may still be closing it: guest-tests/kernel/patches/
+# closeuaf-fix); debug-closeuaf-fix is the same patch on the debug variant's config (KASAN).
 # loopback (a kernel with loopback-ism beside the ISM driver: CONFIG_SMC_LO on 6.9-6.17,
 # CONFIG_DIBS_LO on 7.x; the coverage anchor, docs/coverage.md).
 # debug (the kernel's bug detectors: KASAN, lockdep, DEBUG_SPINLOCK, DEBUG_ATOMIC_SLEEP, the
@@ -37,7 +43,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # dibslock-bug (7.x only, test only: the debug variant with the CVE-2026-74617 fix reverted,
 # for the dibs lock scenario of docs/known-bugs.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix lateabort-fix smcdterm-fix ieqnull-fix vlanlock-fix chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix"
+VARIANTS="stock prezero nozero rxabort-fix lateabort-fix smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix closeuaf-fix chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix"
 # GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
 # driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
 # counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry
