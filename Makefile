@@ -24,13 +24,13 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit upstream hops coverage chaos lint clean \
+	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata upstream hops coverage chaos lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|lateabort-fix|smcdterm-fix|ieqnull-fix|vlanlock-fix|hslimit-fix|closeuaf-fix|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix|debug-closeuaf-fix] [GCOV=1] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|rxabort-kill|lateabort-fix|smcdterm-fix|ieqnull-fix|vlanlock-fix|hslimit-fix|closeuaf-fix|latedata-rfc|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix|debug-closeuaf-fix] [GCOV=1] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: docs/running.md (\"Targets and variables\"); defaults: scripts/config.sh."
@@ -336,6 +336,19 @@ bug-hslimit: qemu emulator ## net.smc.limit_smc_hs on big-endian: stock's sysctl
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
 	done; done
 	scripts/bug-hslimit.sh $(foreach k,$(HSLIMIT_LINES),$(k):stock $(k):hslimit-fix)
+
+# Data left unsent at close written after the close (docs/known-bugs.md section 9;
+# scripts/bug-latedata.sh, guest-tests/kernel/patches/latedata-rfc): a slow reader, no
+# fault. On each line of LATEDATA_LINES (default 6.12) stock must truncate the stream
+# silently, with b's rest written into a's released DMB, and VARIANT=latedata-rfc must
+# tell the loss (a reset) and write nothing after the close. KTAP/JUnit in
+# build/results/bug-latedata.*.
+LATEDATA_LINES ?= 6.12
+bug-latedata: qemu emulator ## a slow reader: stock truncates silently and writes after the close, latedata-rfc resets
+	for k in $(LATEDATA_LINES); do for v in stock latedata-rfc; do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
+	done; done
+	scripts/bug-latedata.sh $(foreach k,$(LATEDATA_LINES),$(k):stock $(k):latedata-rfc)
 
 # Every kernel fix as it would be mailed (scripts/upstream.sh, docs/known-bugs.md "Sending
 # the fixes"): build/upstream/<fix>/ with the patch in git format-patch form against the

@@ -33,6 +33,11 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # hslimit-fix (6.12 and 7.x: net.smc.limit_smc_hs's field a u8 and its sysctl
 # proc_dou8vec_minmax, so that the sysctl works on big-endian machines:
 # guest-tests/kernel/patches/hslimit-fix, scripts/bug-hslimit.sh).
+# rxabort-kill (test only, 6.1 and later: the alternative to rxabort-fix, a failed ISM
+# write kills the connection through its abort_work: guest-tests/kernel/patches/rxabort-kill).
+# latedata-rfc (6.1 and later: an abort, not a close, when data is left unsent after the
+# close wait, and no data after it: guest-tests/kernel/patches/latedata-rfc, an RFC;
+# scripts/bug-latedata.sh).
 # closeuaf-fix (every line: smc_close_active_abort() leaves the connection to
 # __smc_release() while its owner may still be closing it: guest-tests/kernel/patches/
 # closeuaf-fix); debug-closeuaf-fix is the same patch on the debug variant's config (KASAN).
@@ -43,7 +48,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # dibslock-bug (7.x only, test only: the debug variant with the CVE-2026-74617 fix reverted,
 # for the dibs lock scenario of docs/known-bugs.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix lateabort-fix smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix closeuaf-fix chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix"
+VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix closeuaf-fix latedata-rfc chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix"
 # GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
 # driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
 # counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry

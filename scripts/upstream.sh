@@ -33,7 +33,7 @@ help_and_no_options "$@"
 PATCHES_DIR="$REPO_ROOT/guest-tests/kernel/patches"
 FIXES_CHECKED="$PATCHES_DIR/fixes-checked.txt"
 # Fixes first, in the order docs/known-bugs.md gives their standing.
-FIXES=(smcdterm-fix vlanlock-fix ieqnull-fix hslimit-fix rxabort-fix lateabort-fix closeuaf-fix)
+FIXES=(smcdterm-fix vlanlock-fix ieqnull-fix hslimit-fix rxabort-fix lateabort-fix closeuaf-fix latedata-rfc)
 UPSTREAM_DIR="${UPSTREAM_DIR:-$BUILD_DIR/upstream}"
 UPSTREAM_BASE="${UPSTREAM_BASE:-7.3}"
 wanted=("$@")
@@ -214,7 +214,10 @@ evidence() {
         [ $((nb + nf)) -gt 0 ] || continue
         v=""
         [ "$bug" = "$nb" ] && [ "$fixed" = "$nf" ] || v=" (unexpected)"
-        out+=("$line BUG $bug/$nb -> FIXED $fixed/$nf$v")
+        local sb="$bug/$nb" sf="$fixed/$nf"
+        [ "$nb" -gt 0 ] || sb="not run"
+        [ "$nf" -gt 0 ] || sf="not run"
+        out+=("$line BUG $sb -> FIXED $sf$v")
     done
     if [ ${#out[@]} -gt 0 ]; then (IFS=';'; echo "${out[*]}" | sed 's/;/; /g'); else echo "not run"; fi
 }

@@ -45,6 +45,9 @@ void usage(FILE *f)
 "  --pause-ms=N          pause between sequential connections, echo rounds or stream chunks (default 0)\n"
 "  --chunk=N[K]          client: bytes per send() in the stream phase (default 64K)\n"
 "  --hold-on-error=S     client: keep a connection that failed open S seconds before closing it (default 0)\n"
+"  --close-after-send    stream client: close as soon as the stream is sent, wait for no result;\n"
+"                        the server then reads to end of file (a slow reader: --read-delay-ms)\n"
+"  --read-delay-ms=N     server: wait N ms after the hello before reading the stream (default 0)\n"
 "  --connect-timeout=S   keep retrying connect for S seconds (default 60)\n"
 "  --attempt-timeout=S   one connect attempt (default 10)\n"
 "  --accept-timeout=S    wait up to S seconds for each connection (default 300)\n"
@@ -173,6 +176,7 @@ void parse_args(int argc, char **argv)
 		if (!strcmp(key, "allow-fallback")) { o->allow_fallback = 1; continue; }
 		if (!strcmp(key, "tcp")) { o->tcp = 1; continue; }
 		if (!strcmp(key, "quiet")) { o->quiet = 1; continue; }
+		if (!strcmp(key, "close-after-send")) { o->close_after_send = 1; continue; }
 		if (!val) {
 			if (i + 1 >= argc)
 				die_usage("option --%s needs a value", key);
@@ -205,6 +209,8 @@ void parse_args(int argc, char **argv)
 			o->chunk = get_int(key, val, 1, 64 << 10);
 		} else if (!strcmp(key, "hold-on-error")) {
 			o->hold_on_error = get_int(key, val, 0, 3600);
+		} else if (!strcmp(key, "read-delay-ms")) {
+			o->read_delay_ms = get_int(key, val, 0, 3600000);
 		} else if (!strcmp(key, "connect-timeout")) {
 			o->connect_timeout = get_int(key, val, 0, 86400);
 		} else if (!strcmp(key, "attempt-timeout")) {
@@ -231,6 +237,8 @@ void parse_args(int argc, char **argv)
 	case T_SEQ:        o->conns = 50; o->bytes = 1 << 20;  o->rounds = 10;   o->size = 4096; break;
 	case T_CONCURRENT: o->conns = 8;  o->bytes = 8 << 20;  o->rounds = 10;   o->size = 1024; break;
 	}
+	if (o->close_after_send && o->test != T_STREAM)
+		die_usage("%s is for the stream test", "--close-after-send");
 	if (conns >= 0) o->conns = conns;
 	if (bytes >= 0) o->bytes = (uint64_t)bytes;
 	if (rounds >= 0) o->rounds = (uint32_t)rounds;

@@ -41,6 +41,8 @@ struct opts {
 	int pause_ms;        /* seq: pause between connections; echo: rounds; stream: chunks */
 	int chunk;           /* stream: bytes per send(), 0 = 64 KiB */
 	int hold_on_error;   /* s: client keeps a failed connection open before close */
+	int close_after_send; /* stream client: close once the stream is sent (no result) */
+	int read_delay_ms;   /* stream server: sleep before reading the stream */
 	int allow_fallback;  /* local testing only: TCP fallback is not an error */
 	int tcp;             /* local testing only: AF_INET sockets, no SMC check */
 	int quiet;

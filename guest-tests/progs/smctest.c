@@ -35,6 +35,9 @@
 #define RESULT_MAGIC 0x534d4352u /* "SMCR" */
 #define PROTO_VERSION 1
 #define HELLO_LEN 48
+/* hello + 40, flags: the client closes once its stream is sent, and waits for no result
+ * (--close-after-send); the server reads the stream, then end of file. */
+#define HELLO_F_CLOSE_AFTER_SEND 1ULL
 #define RESULT_LEN 40
 #define CHUNK (64 * 1024)
 
@@ -314,6 +317,7 @@ static void server_conn(int fd, int accept_no)
 	uint32_t rounds = get_be32(hello + 24);
 	uint32_t size = get_be32(hello + 28);
 	uint64_t seed = get_be64(hello + 32);
+	uint64_t flags = get_be64(hello + 40);
 
 	if (test != (uint32_t)g_opt.test) {
 		fail(&r, "client runs test %u, this server runs %s (%u)", test, g_opt.test_name, g_opt.test);
@@ -330,6 +334,12 @@ static void server_conn(int fd, int accept_no)
 		fail(&r, "out of memory");
 		goto out;
 	}
+
+	if (flags & HELLO_F_CLOSE_AFTER_SEND)
+		/* the client may close before we read: ask the kernel now */
+		check_mode(fd, &r, modeline, sizeof(modeline));
+	if (g_opt.read_delay_ms)
+		sleep_ms(g_opt.read_delay_ms);
 
 	/* stream phase: check every byte, checksum everything received */
 	uint64_t sseed = stream_seed(seed, (uint32_t)r.idx);
@@ -356,6 +366,18 @@ static void server_conn(int fd, int accept_no)
 	}
 	r.bytes = got;
 	r.checksum = h;
+
+	if (flags & HELLO_F_CLOSE_AFTER_SEND) {
+		unsigned char extra;
+
+		/* every byte came: now the client's close, and nothing after it */
+		rc = recv_all(fd, &extra, 1, 1, err, sizeof(err));
+		if (rc == 0)
+			fail(&r, "data after the stream's %llu bytes", (unsigned long long)got);
+		else if (rc < 0)
+			fail(&r, "waiting for the client's close: %s", err);
+		goto out;
+	}
 
 	/* echo phase */
 	for (uint32_t i = 0; i < rounds; i++) {
@@ -677,7 +699,7 @@ static void client_conn(int idx)
 	put_be32(hello + 24, g_opt.rounds);
 	put_be32(hello + 28, size);
 	put_be64(hello + 32, g_opt.seed);
-	put_be64(hello + 40, 0);
+	put_be64(hello + 40, g_opt.close_after_send ? HELLO_F_CLOSE_AFTER_SEND : 0);
 	if (send_all(fd, hello, sizeof(hello), err, sizeof(err))) {
 		fail(&r, "hello: %s", err);
 		goto diag;
@@ -700,6 +722,13 @@ static void client_conn(int idx)
 			sleep_ms(g_opt.pause_ms);
 	}
 	r.checksum = h;
+
+	if (g_opt.close_after_send) {
+		/* send() returned for every byte: close now, as a program that is done
+		 * writing does; whether the bytes arrive is the server's to report */
+		r.bytes = sent;
+		goto diag;
+	}
 
 	for (uint32_t i = 0; i < g_opt.rounds; i++) {
 		double sent_at;
