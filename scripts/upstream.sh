@@ -194,9 +194,11 @@ evidence() {
                 [ -f "$BUILD_DIR/$script/verdicts.txt" ] || continue
                 while read -r _ k v; do
                     [ "${k%%:*}" = "$line" ] || continue
+                    # The kernels without the fix (stock, debug) against the fix's own
+                    # variants; a test-only variant (rxabort-kill) is neither.
                     case "${k#*:}" in
-                        *fix) nf=$((nf + 1)); [ "${v%% *}" = FIXED ] && fixed=$((fixed + 1)) ;;
-                        *) nb=$((nb + 1)); [ "${v%% *}" = BUG ] && bug=$((bug + 1)) ;;
+                        *-fix | *-rfc) nf=$((nf + 1)); [ "${v%% *}" = FIXED ] && fixed=$((fixed + 1)) ;;
+                        stock | debug) nb=$((nb + 1)); [ "${v%% *}" = BUG ] && bug=$((bug + 1)) ;;
                     esac
                 done < <(sed -E 's/^([^ ]+) ([^ ]+) run [0-9]+\/[0-9]+: /\1 \2 /' "$BUILD_DIR/$script/verdicts.txt")
                 ;;
