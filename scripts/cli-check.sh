@@ -200,6 +200,11 @@ guest panic "STUB_CONSOLE=${boot}Kernel panic - not syncing\n" STUB_RC=1 --
 expect_rc 1 "run-guest.sh: QEMU's own status (1, a guest panic)"
 guest slow "STUB_CONSOLE=${boot}" STUB_SLEEP=30 -- --timeout 1
 expect_rc 124 "run-guest.sh: the timeout ended QEMU"
+# make upstream names the fixes it knows; an unknown one is a usage error, before any
+# source is fetched.
+run env BUILD_DIR="$WORK/build" scripts/upstream.sh no-such-fix
+expect_rc 2 "upstream.sh: an unknown fix is a usage error"
+expect_in err "'no-such-fix' is not a fix with an upstream.conf \\(known: smcdterm-fix" "upstream.sh names the fixes it knows"
 run qemu-configs/run-guest.sh --help
 expect_in out '^  3 +QEMU exited normally, but the guest.s /init reported' "run-guest.sh --help documents status 3"
 expect_in out '^  2 +a usage error' "run-guest.sh --help documents status 2"
