@@ -24,7 +24,7 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata upstream hops coverage chaos lint clean \
+	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown upstream hops coverage chaos lint clean \
 	help install cli-check
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
@@ -349,6 +349,17 @@ bug-latedata: qemu emulator ## a slow reader: stock truncates silently and write
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
 	done; done
 	scripts/bug-latedata.sh $(foreach k,$(LATEDATA_LINES),$(k):stock $(k):latedata-rfc)
+
+# Data already received, discarded when the peer system goes down (docs/known-bugs.md
+# section 12; scripts/bug-peerdown.sh): b sends 32 KiB, closes and powers off, a reads 3 s
+# later and gets end of file. No fix is written: every line of PEERDOWN_LINES (default
+# 6.12 7.3) must show the bug. Not in CI. KTAP/JUnit in build/results/bug-peerdown.*.
+PEERDOWN_LINES ?= 6.12 7.3
+bug-peerdown: qemu emulator ## a peer that sends, closes and powers off: the reader loses the data already in its DMB (end of file)
+	for k in $(PEERDOWN_LINES); do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=stock || exit 1; \
+	done
+	scripts/bug-peerdown.sh $(foreach k,$(PEERDOWN_LINES),$(k):stock)
 
 # Every kernel fix as it would be mailed (scripts/upstream.sh, docs/known-bugs.md "Sending
 # the fixes"): build/upstream/<fix>/ with the patch in git format-patch form against the
