@@ -261,6 +261,14 @@ for FIX in "${wanted[@]}"; do
     else
         cp="no (git am: $out/git-am.log)" fx="-" status=failed
     fi
+    # Built: the lines whose kernel with this fix this build has (make kernel KERNEL=X
+    # VARIANT=<fix>, or its debug twin), which the BUG -> FIXED runs boot.
+    built=()
+    for line in $LINES; do
+        for v in "$FIX" "debug-$FIX"; do
+            if [ -f "$(kernel_dir "$line" "$v")/bzImage" ]; then built+=("$line"); break; fi
+        done
+    done
     ev="$(evidence)"
     [[ "$ev" != *"(unexpected)"* ]] || status=failed
     [ "$status" = ok ] || failed=1
@@ -272,6 +280,7 @@ for FIX in "${wanted[@]}"; do
         echo "Applies (patch -p1 -F0): ${app[*]}   (-: the line has no such code)"
         echo "checkpatch --strict: $cp errors/warnings/checks (UNKNOWN_COMMIT_ID left to fixes.txt: no kernel history here)"
         echo "Fixes: $fx (fixes.txt)"
+        echo "Built with the fix here: ${built[*]:-none}   (of the lines with the code: $LINES)"
         echo
         echo "Reproducer, with this project (README.md's set-up, then):"
         echo "  $SCENARIO"
