@@ -47,12 +47,13 @@ mkdir -p "$UPSTREAM_DIR/src"
 # line_source LINE: the line's pristine source, the parts the fixes touch and checkpatch
 # needs, in UPSTREAM_DIR/src/LINE (kept; keyed by the package file's name). Taken from the
 # Debian package the kernel build downloaded (fetched first if it has not).
+line_deb() { find "$CACHE_DIR/kernel/work" -maxdepth 2 -name "linux-source-${1}_*_all.deb" 2>/dev/null | head -n 1; }
 line_source() {
     local line="$1" deb dir tarball tmp
-    deb="$(find "$CACHE_DIR/kernel/work" -maxdepth 2 -name "linux-source-${line}_*_all.deb" 2>/dev/null | head -n 1)"
+    deb="$(line_deb "$line")"
     if [ -z "$deb" ]; then
         KERNEL="$line" VARIANT=stock KERNEL_UNPACK_ONLY=1 "$REPO_ROOT/guest-tests/build-kernel.sh" >&2
-        deb="$(find "$CACHE_DIR/kernel/work" -maxdepth 2 -name "linux-source-${line}_*_all.deb" | head -n 1)"
+        deb="$(line_deb "$line")"
         [ -n "$deb" ] || die "no linux-source-$line package after fetching it"
     fi
     dir="$UPSTREAM_DIR/src/$line"
@@ -90,17 +91,25 @@ fix_patches() { find "$PATCHES_DIR/$1" -maxdepth 1 -name '*.patch' | LC_ALL=C so
 # touched PATCH...: the files the patches change.
 touched() { sed -n 's|^+++ b/||p' "$@" | LC_ALL=C sort -u; }
 
+# copy_touched SRC DEST PATCH...: the files the patches change, as SRC has them, into DEST
+# (the same paths; a file SRC lacks is left out, and the patch then fails on it).
+copy_touched() {
+    local src="$1" dest="$2" f
+    shift 2
+    while read -r f; do
+        [ -f "$src/$f" ] || continue
+        mkdir -p "$dest/$(dirname "$f")"
+        cp "$src/$f" "$dest/$f"
+    done < <(touched "$@")
+}
+
 # applies LINE_DIR PATCH...: 0 if the patches apply in order with patch -p1 -F0 to a copy
 # of the files they touch.
 applies() {
     local src="$1" tmp f rc=0
     shift
     tmp="$(mktemp -d "$UPSTREAM_DIR/src/apply.XXXXXX")"
-    while read -r f; do
-        [ -f "$src/$f" ] || continue
-        mkdir -p "$tmp/$(dirname "$f")"
-        cp "$src/$f" "$tmp/$f"
-    done < <(touched "$@")
+    copy_touched "$src" "$tmp" "$@"
     for f in "$@"; do
         patch -d "$tmp" -p1 -F0 -s --no-backup-if-mismatch <"$f" >/dev/null 2>&1 || { rc=1; break; }
     done
@@ -116,11 +125,7 @@ format_against() {
     mapfile -t patches < <(fix_patches "$fix")
     repo="$UPSTREAM_DIR/src/git-$fix"
     rm -rf "$repo" && mkdir -p "$repo"
-    while read -r f; do
-        [ -f "$base/$f" ] || continue
-        mkdir -p "$repo/$(dirname "$f")"
-        cp "$base/$f" "$repo/$f"
-    done < <(touched "${patches[@]}")
+    copy_touched "$base" "$repo" "${patches[@]}"
     local id=(-c user.name="Your Name" -c user.email="your.name@example.com" -c commit.gpgsign=false)
     git -C "$repo" init -q
     git -C "$repo" add -A
