@@ -7,9 +7,9 @@
 # buffer; after 2 s b's close goes out anyway, with the rest unsent. a reads its ring,
 # finds the close and takes it as the end of the data: end of file, while every send()
 # and the close() on b returned success. b's transmit path then writes the rest into
-# a's DMB after the close (the host's late_write event; a may not have released it yet). Against VARIANT=latedata-rfc
-# (an abort instead of the close, and nothing written after it:
-# guest-tests/kernel/patches/latedata-rfc, an RFC).
+# a's DMB after the close (the host's late_write event; a may not have released the DMB
+# yet). Against VARIANT=latedata-rfc (an abort instead of the close, and nothing written
+# after it: guest-tests/kernel/patches/latedata-rfc, an RFC).
 #
 # Usage: scripts/bug-latedata.sh [KERNEL:VARIANT...]
 #   default: 6.12:stock 6.12:latedata-rfc (7.3 the same: 7.3:stock 7.3:latedata-rfc)
