@@ -17,6 +17,9 @@ ifndef V
 .SILENT:
 endif
 MAKEFLAGS += --no-print-directory
+# The test targets run ./check (tests/, docs/testing.md); --strict: a test that cannot
+# run (a kernel not built) fails the target instead of being left out.
+CHECK_FLAGS ?= --strict
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ism-emu
 BUILD_DIR ?= $(CURDIR)/build
 export CACHE_DIR BUILD_DIR
@@ -25,7 +28,7 @@ export CACHE_DIR BUILD_DIR
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
 	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown upstream hops coverage chaos lint clean \
-	help install cli-check
+	help install cli-check check-images
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
 # Each target's `## ` text, one line per target, in the order of this file.
@@ -65,7 +68,7 @@ qemu-series-check: ## the QEMU series patch by patch: checkpatch --strict, and a
 	QEMU_SERIES_CHECK=1 qemu-configs/build-qemu.sh
 
 qemu-smoke-asan: qemu-asan kernel initramfs ## the smoke test against the sanitizer build (0 reports)
-	QEMU=$(BUILD_DIR)/qemu-asan/bin/qemu-system-s390x qemu-configs/tests/pcistb-smoke.sh
+	./check $(CHECK_FLAGS) qemu/003
 
 kernel: ## the guest kernel of KERNEL/VARIANT, or KERNEL_SRC (cached)
 	guest-tests/build-kernel.sh
@@ -105,16 +108,16 @@ lint: deps ## cargo fmt --check, clippy, and the Markdown's links (scripts/check
 
 # The QEMU patch series against a logging vfio-user stub (no emulator involved).
 qemu-smoke: images ## the QEMU patches against a logging stub, the series' qtest and functional test
-	qemu-configs/tests/pcistb-smoke.sh
+	./check $(CHECK_FLAGS) qemu/001
 
 # A stock TCG deadlock the series fixes (s390x-sigp-exclusive): a guest powering off while
 # its other CPU changes page tables must power off, every boot.
 qemu-sigp: images ## the SIGP STOP deadlock check: guests power off while another CPU flushes TLBs (8 boots)
-	qemu-configs/tests/sigp-stop.sh
+	./check $(CHECK_FLAGS) qemu/002
 
 # The end-to-end suite on the selected kernel line and variant.
 e2e: images emulator ## the end-to-end suite: two guests, one guest to itself, a guest killed mid-stream, the socket API, SMC-Dv1, VLAN
-	scripts/e2e.sh
+	./check $(CHECK_FLAGS) -g e2e
 
 # The topologies real installations have (scripts/topologies.sh, docs/testing.md "make
 # topologies"): SMC-Dv1, VLAN, several ISM functions on two CHIDs, mixed kernel lines,
@@ -130,9 +133,8 @@ topologies: images emulator ## SMC-Dv1, VLAN, two CHIDs, mixed kernel lines, loo
 
 # The negative controls: the observer must see what each kernel variant does.
 e2e-variants: emulator qemu ## the negative-control kernels (prezero, nozero): the observer must tell
-	for v in prezero nozero; do \
-		$(MAKE) kernel initramfs VARIANT=$$v && VARIANT=$$v TESTS=seq scripts/e2e.sh two || exit 1; \
-	done
+	for v in prezero nozero; do $(MAKE) kernel initramfs VARIANT=$$v || exit 1; done
+	./check $(CHECK_FLAGS) smcd/007 smcd/008
 
 # The kernel matrix: the two-guest topology with the sequential-connections test on every
 # kernel line, checked against what each kernel version does with released DMBs; prints
@@ -158,6 +160,18 @@ readme-check: images emulator ## README's tested command blocks, run as written
 # kernel variant, built on top of the fresh-root check's time: .ci/run runs it on the host.
 test: TOPO_CASES = chid-both chid-one chid-none mixed-510-73 mixed-73-510 mixed-61-612 mixed-612-61 mixed-612-73
 test: lint unit cli-check qemu-smoke qemu-sigp e2e topologies faults e2e-variants e2e-matrix results-check shell-check readme-check ## lint, unit, cli-check, qemu-smoke, qemu-sigp, e2e, topologies, faults, variants, matrix, results, shell, README (CI's)
+
+# What a selection of tests needs built (./check --needs CHECK_ARGS: the kernels of each
+# LINE:VARIANT, the sanitizer QEMU), each once, cached: what a CI job runs before
+# `./check CHECK_ARGS` (ci/github-actions.yml, ci/gitlab-ci.yml).
+CHECK_ARGS ?= -g ci
+check-images: qemu emulator ## what ./check CHECK_ARGS (default: -g ci) needs built, each kernel once
+	for n in $$(./check --needs $(CHECK_ARGS)); do \
+		case "$$n" in \
+			qemu-asan) $(MAKE) --no-print-directory qemu-asan || exit 1 ;; \
+			*) $(MAKE) --no-print-directory kernel initramfs KERNEL=$${n%%:*} VARIANT=$${n#*:} || exit 1 ;; \
+		esac; \
+	done
 
 # Every script's --help, usage errors and exit codes (scripts/cli-check.sh): no guest boots.
 cli-check: ## the scripts' command lines: --help, usage errors, exit codes
@@ -212,7 +226,7 @@ experiment: images emulator ## the seed commit's experiment: zeroing at release 
 # Fault injection against the unmodified guest stack (scripts/faults.sh, docs/faults.md):
 # each scenario's outcome asserted from both guests and the event stream.
 faults: images emulator ## fault scenarios against the unmodified kernels of two guests
-	scripts/faults.sh
+	./check $(CHECK_FLAGS) -g fault -x bug
 
 # A seeded fault campaign (scripts/chaos.py, docs/chaos.md): CHAOS_ROUNDS rounds, each a
 # fault schedule and a workload drawn from its seed (from CHAOS_SEED, printed), run on two
@@ -234,17 +248,24 @@ chaos: images emulator ## a seeded fault campaign on two guests: CHAOS_ROUNDS, C
 coverage: qemu emulator ## the guest kernel's coverage of SMC-D, emulated ISM against loopback-ism
 	scripts/coverage.sh $(if $(filter 1,$(COVERAGE_SHORT)),--short)
 
-# The known net/smc receive livelock (scripts/bug-livelock.sh, guest-tests/kernel/patches/
+# $(call bug_check,LINES,VARIANTS,TESTS): the known-bug tests TESTS (tests/bug/, ./check)
+# on each kernel line of LINES, after building each line's VARIANTS (cached). Every line
+# runs even if one fails; the status is 1 if a test failed on any.
+define bug_check
+	for k in $(1); do for v in $(2); do \
+		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
+	done; done
+	rc=0; for k in $(1); do KERNEL=$$k ./check $(CHECK_FLAGS) $(3) || rc=1; done; exit $$rc
+endef
+
+# The known net/smc receive livelock (tests/bug/001-002, guest-tests/kernel/patches/
 # rxabort-fix/README.md), made deterministic with the fault tools: on each line of
 # BUG_LINES (default 6.12) the stock kernel must wedge (detected within 20 s, reported as
 # the known bug) and VARIANT=rxabort-fix must end the read with an error. One line per
 # run; BUG_RUNS runs per kernel (default 1); KTAP/JUnit in build/results/bug-livelock.*.
 BUG_LINES ?= 6.12
 bug-livelock: qemu emulator ## the net/smc rx livelock: stock wedges (the known bug), rxabort-fix ends the read
-	for k in $(BUG_LINES); do for v in stock rxabort-fix; do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
-	done; done
-	scripts/bug-livelock.sh $(foreach k,$(BUG_LINES),$(k):stock $(k):rxabort-fix)
+	$(call bug_check,$(BUG_LINES),stock rxabort-fix,bug/001 bug/002)
 
 # An aborted SMC-D connection's last CDC message in a reused DMB (docs/known-bugs.md,
 # section 3; guest-tests/kernel/patches/lateabort-fix): make faults' late-write and
@@ -254,10 +275,7 @@ bug-livelock: qemu emulator ## the net/smc rx livelock: stock wedges (the known 
 # device: every verdict CLEAN or no reuse).
 LATEABORT_LINES ?= 6.12 7.3
 bug-lateabort: qemu emulator ## an aborted connection's last CDC in a reused DMB: stock crosses it, lateabort-fix refuses it
-	for k in $(LATEABORT_LINES); do for v in stock lateabort-fix; do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
-		KERNEL=$$k VARIANT=$$v scripts/faults.sh late-write move-reject || exit 1; \
-	done; done
+	$(call bug_check,$(LATEABORT_LINES),stock lateabort-fix,fault/003 fault/002 fault/008 fault/009)
 
 # The known net/smc CHID-0 accept bug (upstream 277740023def; docs/known-bugs.md), with a
 # crafted peer (5.10 VARIANT=chid0-peer answers SMC-Dv2 with CHID 0): the client on stock
@@ -265,15 +283,13 @@ bug-lateabort: qemu emulator ## an aborted connection's last CDC in a reused DMB
 # fix) and the stock CHID0_LINES (default 6.1, which has Debian's backport) must refuse the
 # accept and live. KTAP/JUnit in build/results/bug-chid0.*; BUG_RUNS runs per kernel (1).
 CHID0_LINES ?= 6.1
-CHID0_CLIENTS = 5.10:stock 5.10:chid0-fix $(foreach k,$(CHID0_LINES),$(k):stock)
 bug-chid0: qemu emulator ## net/smc CHID-0 accept: stock 5.10 oopses (the known bug), fixed kernels refuse it
-	for kv in 5.10:chid0-peer $(CHID0_CLIENTS); do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$${kv%%:*} VARIANT=$${kv#*:} || exit 1; \
-	done
-	scripts/bug-chid0.sh $(CHID0_CLIENTS)
+	$(MAKE) --no-print-directory kernel initramfs KERNEL=5.10 VARIANT=chid0-peer
+	$(call bug_check,5.10,stock chid0-fix,bug/010 bug/011)
+	$(call bug_check,$(CHID0_LINES),stock,bug/012)
 
 # A peer's shutdown ending every link group of an ISM function (docs/known-bugs.md,
-# section 5; scripts/bug-smcdterm.sh, guest-tests/kernel/patches/smcdterm-fix): three
+# section 5; tests/bug/003-004, guest-tests/kernel/patches/smcdterm-fix): three
 # guests on one emulator, a streams to b, c connects to a and powers off mid-stream. On
 # each line of SMCDTERM_LINES (default 6.12; the patch applies to 7.3 too) the stock
 # kernel must abort a's stream (the known bug) and VARIANT=smcdterm-fix must complete it.
@@ -281,10 +297,7 @@ bug-chid0: qemu emulator ## net/smc CHID-0 accept: stock 5.10 oopses (the known 
 # build/results/bug-smcdterm.*.
 SMCDTERM_LINES ?= 6.12
 bug-smcdterm: qemu emulator ## a peer's shutdown ends every link group of an ISM function: stock aborts a third guest's stream, smcdterm-fix keeps it
-	for k in $(SMCDTERM_LINES); do for v in stock smcdterm-fix; do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
-	done; done
-	scripts/bug-smcdterm.sh $(foreach k,$(SMCDTERM_LINES),$(k):stock $(k):smcdterm-fix)
+	$(call bug_check,$(SMCDTERM_LINES),stock smcdterm-fix,bug/003 bug/004)
 
 # The dibs lock bug (CVE-2026-74617, docs/known-bugs.md section 1), fixed in every line
 # Debian offers: 7.3 VARIANT=dibslock-bug reverts the fix (test only) on VARIANT=debug's
@@ -293,13 +306,10 @@ bug-smcdterm: qemu emulator ## a peer's shutdown ends every link group of an ISM
 # Not in make test or CI: the debug kernels take about 25 min each to build cold.
 DIBSLOCK_LINES ?= 7.3
 bug-dibslock: qemu emulator ## dibs lock: an event at REG_IEQ; 7.x with the fix reverted reports the bug, fixed debug kernels nothing
-	for k in $(DIBSLOCK_LINES); do for v in dibslock-bug debug; do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
-	done; done
-	scripts/bug-dibslock.sh $(foreach k,$(DIBSLOCK_LINES),$(k):dibslock-bug $(k):debug)
+	$(call bug_check,$(DIBSLOCK_LINES),dibslock-bug debug,bug/017 bug/018)
 
 # The ism driver's event queue published after its registration (docs/known-bugs.md,
-# section 7; scripts/bug-ieqnull.sh, guest-tests/kernel/patches/ieqnull-fix): the device
+# section 7; tests/bug/013-014, guest-tests/kernel/patches/ieqnull-fix): the device
 # queues an event as guest b's REG_IEQ succeeds (fault reg-ieq-event), b boots up to 6
 # times. On each line of IEQNULL_LINES the debug kernel (stock source) must hang in the
 # event handler, VARIANT=debug-ieqnull-fix (the same config, the fix) must probe every
@@ -308,58 +318,43 @@ bug-dibslock: qemu emulator ## dibs lock: an event at REG_IEQ; 7.x with the fix 
 # Not in make test or CI (the debug kernels' cold builds).
 IEQNULL_LINES ?= 7.3
 bug-ieqnull: qemu emulator ## an event interrupt before the ism driver publishes its event queue: the probe hangs without the fix (debug kernels)
-	for k in $(IEQNULL_LINES); do for v in debug debug-ieqnull-fix; do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
-	done; done
-	scripts/bug-ieqnull.sh $(foreach k,$(IEQNULL_LINES),$(k):debug $(k):debug-ieqnull-fix)
+	$(call bug_check,$(IEQNULL_LINES),debug debug-ieqnull-fix,bug/013 bug/014)
 
 # net/smc's VLAN refcount issues an ISM command under smcd->lock, which the interrupt
-# handler takes (docs/known-bugs.md, section 11; scripts/bug-vlanlock.sh,
+# handler takes (docs/known-bugs.md, section 11; tests/bug/015-016,
 # guest-tests/kernel/patches/vlanlock-fix): the e2e vlan topology on each line of
 # VLANLOCK_LINES, lockdep's report on VARIANT=debug, none on VARIANT=debug-vlanlock-fix.
 # Not in make test or CI (the debug kernels' cold builds).
 VLANLOCK_LINES ?= 6.12
 bug-vlanlock: qemu emulator ## the VLAN refcount's ISM command under smcd->lock: lockdep's irq lock inversion without the fix (debug kernels)
-	for k in $(VLANLOCK_LINES); do for v in debug debug-vlanlock-fix; do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
-	done; done
-	scripts/bug-vlanlock.sh $(foreach k,$(VLANLOCK_LINES),$(k):debug $(k):debug-vlanlock-fix)
+	$(call bug_check,$(VLANLOCK_LINES),debug debug-vlanlock-fix,bug/015 bug/016)
 
-# net.smc.limit_smc_hs on big-endian (docs/known-bugs.md section 4; scripts/bug-hslimit.sh,
+# net.smc.limit_smc_hs on big-endian (docs/known-bugs.md section 4; tests/bug/005-006,
 # guest-tests/kernel/patches/hslimit-fix): one guest, smcapi's hs-sysctl subtest. On each
 # line of HSLIMIT_LINES (default 6.12; the patch applies to 7.3 too) the stock kernel
 # must show the bug (the sysctl's 1 does not reach new sockets) and VARIANT=hslimit-fix
 # must pass. KTAP/JUnit in build/results/bug-hslimit.*.
 HSLIMIT_LINES ?= 6.12
 bug-hslimit: qemu emulator ## net.smc.limit_smc_hs on big-endian: stock's sysctl never reaches new sockets, hslimit-fix's does
-	for k in $(HSLIMIT_LINES); do for v in stock hslimit-fix; do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
-	done; done
-	scripts/bug-hslimit.sh $(foreach k,$(HSLIMIT_LINES),$(k):stock $(k):hslimit-fix)
+	$(call bug_check,$(HSLIMIT_LINES),stock hslimit-fix,bug/005 bug/006)
 
 # Data left unsent at close written after the close (docs/known-bugs.md section 9;
-# scripts/bug-latedata.sh, guest-tests/kernel/patches/latedata-rfc): a slow reader, no
+# tests/bug/007-008, guest-tests/kernel/patches/latedata-rfc): a slow reader, no
 # fault. On each line of LATEDATA_LINES (default 6.12) stock must truncate the stream
 # silently, with b's rest written into a's released DMB, and VARIANT=latedata-rfc must
 # tell the loss (a reset) and write nothing after the close. KTAP/JUnit in
 # build/results/bug-latedata.*.
 LATEDATA_LINES ?= 6.12
 bug-latedata: qemu emulator ## a slow reader: stock truncates silently and writes after the close, latedata-rfc resets
-	for k in $(LATEDATA_LINES); do for v in stock latedata-rfc; do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
-	done; done
-	scripts/bug-latedata.sh $(foreach k,$(LATEDATA_LINES),$(k):stock $(k):latedata-rfc)
+	$(call bug_check,$(LATEDATA_LINES),stock latedata-rfc,bug/007 bug/008)
 
 # Data already received, discarded when the peer system goes down (docs/known-bugs.md
-# section 12; scripts/bug-peerdown.sh): b sends 32 KiB, closes and powers off, a reads 3 s
+# section 12; tests/bug/009): b sends 32 KiB, closes and powers off, a reads 3 s
 # later and gets end of file. No fix is written: every line of PEERDOWN_LINES (default
 # 6.12 7.3) must show the bug. Not in CI. KTAP/JUnit in build/results/bug-peerdown.*.
 PEERDOWN_LINES ?= 6.12 7.3
 bug-peerdown: qemu emulator ## a peer that sends, closes and powers off: the reader loses the data already in its DMB (end of file)
-	for k in $(PEERDOWN_LINES); do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=stock || exit 1; \
-	done
-	scripts/bug-peerdown.sh $(foreach k,$(PEERDOWN_LINES),$(k):stock)
+	$(call bug_check,$(PEERDOWN_LINES),stock,bug/009)
 
 # Every kernel fix as it would be mailed (scripts/upstream.sh, docs/known-bugs.md "Sending
 # the fixes"): build/upstream/<fix>/ with the patch in git format-patch form against the

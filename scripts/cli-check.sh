@@ -238,6 +238,118 @@ line="$(pair_verdict "$WORK/demo" 0)" || true
 grep -q '^echo "demo \$verdict"$' scripts/demo.sh && [ "$(tail -n 2 scripts/demo.sh | head -n 1)" = 'echo "demo $verdict"' ] \
     && ok "demo.sh prints pair_verdict's line last" || not_ok "demo.sh no longer ends with pair_verdict's line"
 
+# ---- the test runner (./check) and ./new ---------------------------------------------------
+# A tree of its own: the runner and the shared helpers of this one, and a group of made-up
+# tests that boot nothing: one passes, one prints other than its .out, one fails with the
+# fix it guards, one cannot run here.
+run ./check --help
+expect_rc 0 "./check --help"
+expect_in out '^Usage: ./check' "./check --help shows its usage"
+for bad in "--shard 3/2" "--shard x" "-g" "--bogus" "no-such-group/001" "-c /nonexistent"; do
+    # shellcheck disable=SC2086 # the words are the arguments
+    run ./check $bad
+    expect_rc 2 "./check $bad is a usage error"
+done
+run ./check -l
+n_all="$(grep -c . "$WORK/out")"
+[ "$n_all" -ge 10 ] && ok "./check -l lists $n_all tests" || not_ok "./check -l lists $n_all tests"
+run ./check -l --shard 1/3
+cat "$WORK/out" >"$WORK/shards"
+run ./check -l --shard 2/3
+cat "$WORK/out" >>"$WORK/shards"
+run ./check -l --shard 3/3
+cat "$WORK/out" >>"$WORK/shards"
+run ./check -l
+[ "$(sort "$WORK/shards")" = "$(sort "$WORK/out")" ] && [ "$(sort "$WORK/shards" | uniq -d | wc -l)" = 0 ] \
+    && ok "--shard 1/3, 2/3, 3/3: disjoint, together every test" || not_ok "the three shards are not a partition of the tests"
+run ./check -l -g debug -x bug
+[ ! -s "$WORK/out" ] && ok "-x bug leaves out the bug group's debug tests" || not_ok "-g debug -x bug listed: $(head -c 200 "$WORK/out")"
+# Every test: executable, parses, has its .out, a description of 60 characters at most
+# (the runner's column) and groups.
+bad=()
+while IFS= read -r t; do
+    [ -x "$t" ] && bash -n "$t" && [ -f "$t.out" ] || bad+=("$t (not executable, does not parse, or no .out)")
+    d="$(bash -c 'source "$1" >/dev/null 2>&1; printf "%s|%s" "$DESCRIPTION" "$TEST_GROUPS"' _ "$t")"
+    desc="${d%%|*}"
+    [ -n "$desc" ] && [ "${#desc}" -le 60 ] && [ -n "${d#*|}" ] || bad+=("$t (description '$desc', groups '${d#*|}')")
+done < <(find tests -mindepth 2 -maxdepth 2 -type f -regex '.*/[0-9][0-9][0-9]' | sort)
+[ ${#bad[@]} -eq 0 ] && ok "every test under tests/ is executable, parses, has a .out, a description and groups" \
+    || not_ok "tests: ${bad[*]}"
+run env KERNEL=6.12 ./check --needs bug/005 bug/006 bug/010
+[ "$(paste -sd' ' "$WORK/out")" = "6.12:hslimit-fix 6.12:stock" ] && ok "--needs: the kernels the selected tests need, none of a test that does not apply" \
+    || not_ok "--needs bug/005 bug/006 bug/010 printed: $(paste -sd' ' "$WORK/out")"
+run ./new
+expect_rc 2 "./new without a group"
+run ./new common
+expect_rc 2 "./new common: not a group name"
+
+tree="$WORK/tree"
+mkdir -p "$tree/tests/self"
+cp check new "$tree/"
+cp -r tests/common "$tree/tests/"
+ln -s "$REPO_ROOT/scripts" "$tree/scripts"
+cat >"$tree/tests/self/001" <<'T'
+. tests/common/rc
+DESCRIPTION="passes"
+TEST_GROUPS="quick"
+test() { echo "same"; echo "noise" >&2; }
+T
+echo same >"$tree/tests/self/001.out"
+cat >"$tree/tests/self/002" <<'T'
+. tests/common/rc
+DESCRIPTION="prints other than its .out"
+test() { echo "got this"; }
+T
+echo "expected that" >"$tree/tests/self/002.out"
+cat >"$tree/tests/self/003" <<'T'
+. tests/common/rc
+DESCRIPTION="fails, naming its fix"
+_fixed_by_kernel_commit 0123456789ab "net/smc: a subject"
+test() { echo "BUG"; _hint_fix; }
+T
+echo FIXED >"$tree/tests/self/003.out"
+cat >"$tree/tests/self/004" <<'T'
+. tests/common/rc
+DESCRIPTION="cannot run here"
+requires() { _require_program no-such-program-here; _require_line 9.9; }
+test() { echo "ran"; }
+T
+: >"$tree/tests/self/004.out"
+: >"$WORK/empty-config"
+run env RESULTS_BASE="$WORK/results" "$tree/check" -c "$WORK/empty-config"
+expect_rc 1 "the made-up tests: ./check exits 1 (two failed)"
+expect_in out '^self/001 .*\[passed\]' "a test that prints its .out passed"
+expect_in out '^    \+got this$' "a test that printed other than its .out shows the diff"
+expect_in out 'this kernel may lack the fix: 0123456789ab \("net/smc: a subject"\)' "a failed test names the fix it guards"
+expect_in out "^self/004 .*\[not run\]" "an unmet requirement: not run"
+expect_in out "no 'no-such-program-here' on this host; kernel line 6.12: the code it tests is in 9.9 only" "not run gives every reason"
+expect_in out '^Ran 4 tests .*1 passed, 2 failed, 1 not run' "the summary counts passed, failed and not run apart"
+[ -f "$WORK/results/6.12-stock/self/002.out.bad" ] && grep -q noise "$WORK/results/6.12-stock/self/001.full" \
+    && ok "results: the failed test's .out.bad, the passed one's full log" || not_ok "results/6.12-stock/self lacks .out.bad or .full"
+grep -q '# SKIP' "$WORK/results/6.12-stock/check.ktap" && grep -q '<skipped' "$WORK/results/6.12-stock/check.junit.xml" \
+    && ok "KTAP and JUnit: the not-run test is a skip" || not_ok "check.ktap/junit.xml have no skip"
+run env RESULTS_BASE="$WORK/results" "$tree/check" -c "$WORK/empty-config" --strict self/004
+expect_rc 1 "--strict: a test that misses a program fails"
+cat >"$tree/tests/self/006" <<'T'
+. tests/common/rc
+DESCRIPTION="does not apply here"
+requires() { _require_line 9.9; }
+test() { echo "ran"; }
+T
+: >"$tree/tests/self/006.out"
+run env RESULTS_BASE="$WORK/results" "$tree/check" -c "$WORK/empty-config" --strict self/006
+expect_rc 0 "--strict: a test that does not apply to the line is not run, not failed"
+run env RESULTS_BASE="$WORK/results" "$tree/check" -c "$WORK/empty-config" self/001
+expect_rc 0 "./check self/001 runs that test only"
+expect_in out 'runtime [0-9]+s \(last [0-9]+s\)' "a test's runtime beside its last run's"
+printf 'KERNEL=7.3\n' >"$WORK/config"
+run env RESULTS_BASE="$WORK/results" "$tree/check" -c "$WORK/config" self/001
+[ -d "$WORK/results/7.3-stock/self" ] && ok "-c FILE: KERNEL from the configuration" || not_ok "no results/7.3-stock after KERNEL=7.3 in -c"
+run env -C "$tree" ./new self
+[ "$rc" = 0 ] && [ "$(head -n 1 "$WORK/out")" = tests/self/007 ] && [ -x "$tree/tests/self/007" ] \
+    && [ -f "$tree/tests/self/007.out" ] && bash -n "$tree/tests/self/007" \
+    && ok "./new self writes tests/self/007 (the next number) and its .out" || not_ok "./new self: status $rc, $(cat "$WORK/out" "$WORK/err")"
+
 # ---- make ---------------------------------------------------------------------------------
 run make help
 expect_rc 0 "make help"

@@ -24,20 +24,20 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # smcdterm-fix (6.12 and 7.3: the fix for smc_smcd_terminate() ending every link group of an
 # ISM function on one peer's shutdown or GID event: guest-tests/kernel/patches/smcdterm-fix),
 # chid0-peer and chid0-fix (5.10 only: the CHID-0 accept bug's crafted peer and its fix,
-# scripts/bug-chid0.sh).
+# tests/bug/010-012).
 # ieqnull-fix (every line: the ism driver fix for an event interrupt before the event queue
-# is published: guest-tests/kernel/patches/ieqnull-fix, scripts/bug-ieqnull.sh).
+# is published: guest-tests/kernel/patches/ieqnull-fix, tests/bug/013, 014).
 # vlanlock-fix (6.12 and 7.x: the ism driver takes its command lock with interrupts off, so
 # that net/smc's VLAN refcount, which issues a command under smcd->lock, cannot deadlock
-# with the interrupt handler: guest-tests/kernel/patches/vlanlock-fix, scripts/bug-vlanlock.sh).
+# with the interrupt handler: guest-tests/kernel/patches/vlanlock-fix, tests/bug/015, 016).
 # hslimit-fix (6.12 and 7.x: net.smc.limit_smc_hs's field a u8 and its sysctl
 # proc_dou8vec_minmax, so that the sysctl works on big-endian machines:
-# guest-tests/kernel/patches/hslimit-fix, scripts/bug-hslimit.sh).
+# guest-tests/kernel/patches/hslimit-fix, tests/bug/005, 006).
 # rxabort-kill (test only, 6.1 and later: the alternative to rxabort-fix, a failed ISM
 # write kills the connection through its abort_work: guest-tests/kernel/patches/rxabort-kill).
 # latedata-rfc (6.1 and later: an abort, not a close, when data is left unsent after the
 # close wait, and no data after it: guest-tests/kernel/patches/latedata-rfc, an RFC;
-# scripts/bug-latedata.sh).
+# tests/bug/007, 008).
 # closeuaf-fix (every line: smc_close_active_abort() leaves the connection to
 # __smc_release() while its owner may still be closing it: guest-tests/kernel/patches/
 # closeuaf-fix); debug-closeuaf-fix is the same patch on the debug variant's config (KASAN).

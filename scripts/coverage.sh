@@ -69,7 +69,7 @@ for s in $SUITES; do
         topologies) suite topologies env TOPO_DIR="$OUT/logs/topologies" "$REPO_ROOT/scripts/topologies.sh" \
             chid-both chid-one chid-none multi ;;
         faults) suite faults env FAULTS_DIR="$OUT/logs/faults" "$REPO_ROOT/scripts/faults.sh" ;;
-        livelock) suite livelock env BUG_DIR="$OUT/logs/livelock" "$REPO_ROOT/scripts/bug-livelock.sh" "$KERNEL:stock" ;;
+        livelock) suite livelock env BUG_DIR="$OUT/logs/livelock" RESULTS_BASE="$OUT/logs/livelock" "$REPO_ROOT/check" bug/001 ;;
         experiment) suite experiment env EXP_DIR="$OUT/logs/experiment" EXP_KERNELS="$KERNEL" EXP_BENCH=0 \
             EXP_CONNS="${EXP_CONNS:-20}" EXP_ROUNDS="${EXP_ROUNDS:-3}" "$REPO_ROOT/scripts/experiment.sh" ;;
         *) die "COVERAGE_SUITES: unknown suite '$s' (e2e, e2e-short, topologies, faults, livelock, experiment)" ;;

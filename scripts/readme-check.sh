@@ -3,7 +3,8 @@
 # them, and checks what they print. A block is marked by the line
 #   <!-- tested: NAME -->
 # right before its ```sh fence; NAME selects the checks below. When README and the
-# scripts drift apart, this fails. First it checks README's and docs/'s links.
+# scripts drift apart, this fails. First it checks README's length (150 lines at most)
+# and README's and docs/'s links.
 #
 # Usage: scripts/readme-check.sh          (make readme-check; needs make images emulator)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -12,6 +13,12 @@ no_arguments "$@"
 README="${README:-$REPO_ROOT/README.md}"
 OUT_DIR="$BUILD_DIR/readme-check"
 rm -rf "$OUT_DIR"; mkdir -p "$OUT_DIR"
+
+# README is the page people read first: it holds to a budget of README_MAX_LINES (150).
+README_MAX_LINES="${README_MAX_LINES:-150}"
+n="$(wc -l <"$README")"
+[ "$n" -le "$README_MAX_LINES" ] || die "README.md has $n lines, over its budget of $README_MAX_LINES: move detail to docs/"
+echo "ok - README.md: $n lines (budget $README_MAX_LINES)"
 
 # README links only into the repository, and every link of it and of docs/ resolves
 # (scripts/check_links.py; make lint runs it too).
