@@ -82,27 +82,22 @@ emulator: deps ## target/release/ism-emu
 demo: images emulator ## two guests talk SMC-D over the emulated ISM; one verdict line at the end
 	scripts/demo.sh
 
-unit: deps ## cargo test, the guest programs' checks, the Python scripts' tests
+unit: deps ## cargo test, the guest programs' checks, the checkers' tests (pytest), the Python scripts' tests
 	cargo test --locked
 	$(MAKE) -s -C guest-tests/progs check OUT=$(BUILD_DIR)/guest-progs
 	$(MAKE) -s -C guest-tests/preload check OUT=$(BUILD_DIR)/guest-preload
-	bash -c 'source scripts/lib.sh && need_packages guests timeline'
+	bash -c 'source scripts/lib.sh && need_packages guests timeline unit'
+	/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/ismcheck
 	python3 scripts/test_experiment.py
-	python3 scripts/test_check_e2e.py
-	python3 scripts/test_check_topology.py
 	python3 scripts/test_hops.py
-	python3 scripts/test_reuse_verdict.py
 	python3 scripts/test_chaos.py
-	python3 scripts/test_kernel_reports.py
-	python3 scripts/test_guest_where.py
 	python3 scripts/test_coverage.py
 	python3 scripts/test_bench_guests.py
-	python3 scripts/test_check_links.py
 	python3 qemu-configs/tests/test_stb_sweep_rule.py
 	/usr/bin/python3 scripts/test_timeline.py
 
-lint: deps ## cargo fmt --check, clippy, and the Markdown's links (scripts/check_links.py)
-	python3 scripts/check_links.py
+lint: deps ## cargo fmt --check, clippy, and the Markdown's links (tests/ismcheck/check_links.py)
+	PYTHONPATH=tests python3 -m ismcheck.check_links
 	cargo fmt --all -- --check
 	cargo clippy --locked --all-targets -- -D warnings
 

@@ -25,7 +25,7 @@ topo_init "$1"
 # workload that overruns it is seen overrunning, not cut short.
 GUEST_TIMEOUT=$((CHAOS_DEADLINE + 120))
 # Kernel messages on the console as they come: a report must be seen even from a guest
-# that never ends its program (scripts/kernel_reports.py reads the console).
+# that never ends its program (tests/ismcheck/kernel_reports.py reads the console).
 GUEST_APPEND_EXTRA="ismtest.verbose=1"
 
 EMU_EXTRA=(--trace "$RUN_DIR/trace.jsonl")
@@ -37,7 +37,7 @@ guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcfault client 10.0.0.1 "${w
 
 # The action comes once b's traffic flows (or after 60 s without: then it is noted).
 if [ -n "${CHAOS_MID:-}" ] || [ "$CHAOS_WORKLOAD" = kill ]; then
-    python3 "$REPO_ROOT/scripts/wait_stream.py" "$EMU_BIN" "$RUN_DIR/control.sock" \
+    ismcheck wait_stream "$EMU_BIN" "$RUN_DIR/control.sock" \
         --function ism1 --min-bytes $((16 << 10)) --timeout 60 \
         || echo "b's traffic never reached 16 KiB; the action came anyway" >"$RUN_DIR/action-late.txt"
     while read -r spec; do

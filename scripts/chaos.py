@@ -13,10 +13,10 @@ b killed mid-stream, reset: b resets its own ISM function mid-stream), runs it
   data     no byte a receiver accepted differs from what was sent (a mismatch, a wrong
            checksum or byte count): an error the connection reported is fine, silent
            corruption never
-  kernel   no kernel report on either console (scripts/kernel_reports.py)
+  kernel   no kernel report on either console (tests/ismcheck/kernel_reports.py)
   blocked  no read or write blocked past its socket timeout plus a margin: each guest's
            workload ends within its deadline, smctest's watchdog never fires
-  reuse    the host's reuse verdict is CLEAN or explained (scripts/reuse_verdict.py)
+  reuse    the host's reuse verdict is CLEAN or explained (tests/ismcheck/reuse_verdict.py)
 
 and that the emulator served the round and shut down cleanly (emulator). A failed round
 is replayed once with the same plan, shrunk (rules dropped one at a time, the workload
@@ -42,9 +42,10 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import kernel_reports  # noqa: E402
-import reuse_verdict  # noqa: E402
+# The suite's checkers (tests/ismcheck), a package beside the tests.
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+from ismcheck import kernel_reports  # noqa: E402
+from ismcheck import reuse_verdict  # noqa: E402
 
 FUNCTIONS = ("ism0", "ism1")
 WORKLOADS = ("stream", "echo", "seq", "halfclose", "kill", "reset")

@@ -287,6 +287,7 @@ tree="$WORK/tree"
 mkdir -p "$tree/tests/self"
 cp check new "$tree/"
 cp -r tests/common "$tree/tests/"
+ln -s "$REPO_ROOT/tests/ismcheck" "$tree/tests/ismcheck"
 ln -s "$REPO_ROOT/scripts" "$tree/scripts"
 cat >"$tree/tests/self/001" <<'T'
 . tests/common/rc

@@ -26,7 +26,7 @@
 #
 # Checks, per topology: each guest passed (every connection SMC-D, every byte verified,
 # per smctest's sock_diag query in the guest); the emulator saw the traffic; its DMB
-# observations match what the kernel variant does (scripts/check_e2e.py); it shut down
+# observations match what the kernel variant does (tests/ismcheck/check_e2e.py); it shut down
 # cleanly. Logs of every run stay in E2E_DIR.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
@@ -98,7 +98,7 @@ run_crash() {
     guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smctest stream server --io-timeout=300
     guest_start victim "$RUN_DIR/ism1.sock" 10.0.0.2/24 off \
         smctest stream client --host=10.0.0.1 --bytes=64G --io-timeout=300
-    python3 "$REPO_ROOT/scripts/wait_stream.py" "$EMU_BIN" "$RUN_DIR/control.sock" --timeout 300
+    ismcheck wait_stream "$EMU_BIN" "$RUN_DIR/control.sock" --timeout 300
     record_check stream_started $? "the stream between a and victim reached the device" \
         || { warn "crash: the stream never started"; tail -n 20 "$RUN_DIR"/*.console.log >&2; return 1; }
     step "crash: killing guest victim's QEMU mid-stream"
@@ -212,7 +212,7 @@ for topo in "${topologies[@]}"; do
             # connections back to back: DMB reuses cannot show when zeroing happened
             api) expect=(--unpaced) ;;
         esac
-        python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" \
+        ismcheck check_e2e --variant "$VARIANT" --run-dir "$RUN_DIR" \
             --result "$RUN_DIR/result.json" --checks "$RUN_DIR/checks.jsonl" ${expect[@]+"${expect[@]}"} || rc=1
     fi
     echo $((SECONDS - start)) >"$RUN_DIR/seconds"
@@ -227,7 +227,7 @@ for topo in "${topologies[@]}"; do
 done
 
 # KTAP and JUnit for this invocation, named after the log folder and the kernel.
-python3 "$REPO_ROOT/scripts/results.py" write --name "${RESULTS_NAME:-$(basename "$E2E_DIR")-$(kernel_suffix)}" \
+ismcheck results write --name "${RESULTS_NAME:-$(basename "$E2E_DIR")-$(kernel_suffix)}" \
     --out "${RESULTS_DIR:-$BUILD_DIR/results}" "${run_dirs[@]}" || failed+=(results)
 
 if [ ${#failed[@]} -gt 0 ]; then

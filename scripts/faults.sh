@@ -25,7 +25,7 @@
 #                 receiver 5 ms: everything still passes
 # (default: all). Every scenario also asserts the host's reuse verdict: CLEAN, or each
 # stale reuse and foreign CDC message explained by a known bug the scenario reaches
-# (scripts/reuse_verdict.py). Environment: KERNEL, VARIANT, FAULTS_DIR (logs, default build/faults),
+# (tests/ismcheck/reuse_verdict.py). Environment: KERNEL, VARIANT, FAULTS_DIR (logs, default build/faults),
 # GUEST_TIMEOUT, RESULTS_DIR / RESULTS_NAME (KTAP and JUnit, default faults-<kernel>).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
@@ -129,7 +129,7 @@ run_reg_dmb() {
 # Sets TOOK_a and TOOK_b: the seconds from the fault to the end of each side's stream.
 run_broken_stream() {   # SPEC
     pair_start "$SCENARIO"
-    python3 "$REPO_ROOT/scripts/wait_stream.py" "$EMU_BIN" "$RUN_DIR/control.sock" \
+    ismcheck wait_stream "$EMU_BIN" "$RUN_DIR/control.sock" \
         --function ism1 --min-bytes "${STREAM_MIN_BYTES:-$((8 << 20))}" --timeout 180
     record_check stream_started $? "b's stream reached the device" \
         || { warn "$SCENARIO: the stream never started"; failures=1; pair_wait; return 1; }
@@ -323,7 +323,7 @@ run_irq_stall() {
 
 # host_reuse_verdict: the host's verdict on every DMB reuse of the scenario must be
 # CLEAN (or no reuse), or every stale reuse and foreign CDC message explained by a known
-# kernel bug the scenario reaches (scripts/reuse_verdict.py, docs/faults.md "The host's
+# kernel bug the scenario reaches (tests/ismcheck/reuse_verdict.py, docs/faults.md "The host's
 # verdict"). An abort reaches late-cdc on kernels without the lateabort-fix: move-reject
 # some of the time (when the sender closes after the owner released the DMB), late-write
 # every time.
@@ -335,7 +335,7 @@ host_reuse_verdict() {
         move-reject:* | late-write:*) allow=(--allow late-cdc) ;;
     esac
     local st=0
-    python3 "$REPO_ROOT/scripts/reuse_verdict.py" "$RUN_DIR/events.jsonl" "${allow[@]}" >"$RUN_DIR/verdict.txt" || st=$?
+    ismcheck reuse_verdict "$RUN_DIR/events.jsonl" "${allow[@]}" >"$RUN_DIR/verdict.txt" || st=$?
     record_check host_reuse_verdict "$st" "$(cat "$RUN_DIR/verdict.txt")" || failures=1
     outcome "$(cat "$RUN_DIR/verdict.txt")"
 }
@@ -371,7 +371,7 @@ for SCENARIO in "${scenarios[@]}"; do
 done
 
 cat "${run_dirs[@]/%//outcome.txt}" 2>/dev/null >"$FAULTS_DIR/outcomes-$(kernel_suffix).txt" || true
-python3 "$REPO_ROOT/scripts/results.py" write --name "${RESULTS_NAME:-faults-$(kernel_suffix)}" \
+ismcheck results write --name "${RESULTS_NAME:-faults-$(kernel_suffix)}" \
     --out "${RESULTS_DIR:-$BUILD_DIR/results}" "${run_dirs[@]}" || failed+=(results)
 echo "--- what the kernel did ($FAULTS_DIR/outcomes-$(kernel_suffix).txt):"
 cat "$FAULTS_DIR/outcomes-$(kernel_suffix).txt"

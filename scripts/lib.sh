@@ -25,6 +25,15 @@ SHARED_MIRROR="${SHARED_MIRROR:-$REPO_ROOT/../shared/mirror/debian}"
 # What package installs and downloads print goes here, not to the console.
 SETUP_LOG="${SETUP_LOG:-$BUILD_DIR/logs/setup.log}"
 
+# ismcheck MODULE ARGS...: one of the suite's checkers (tests/ismcheck/, a Python package:
+# check_e2e, check_topology, reuse_verdict, kernel_reports, guest_where, wait_stream,
+# results, check_links), as a command line.
+ismcheck() {
+    local module="$1"
+    shift
+    PYTHONPATH="$REPO_ROOT/tests${PYTHONPATH:+:$PYTHONPATH}" python3 -m "ismcheck.$module" "$@"
+}
+
 # The clock is UTC, as in the emulator's log, marked Z: [21:04:05Z].
 step() { printf '==> [%s] %s\n' "$(date -u +%H:%M:%SZ)" "$*" >&2; }
 warn() { printf 'warning: %s\n' "$*" >&2; }

@@ -4,7 +4,7 @@
 # SMC-D version negotiated on the wire, connections, SMC-D/fallback counts, DMB reuses,
 # what the host saw the guest do with released DMBs (release / hand-out / stale) and the median
 # delay from a close to the DMB reading zero, and whether the guests' dibs devices match
-# the host (6.18+). Each run is checked by scripts/check_e2e.py against what its kernel
+# the host (6.18+). Each run is checked by tests/ismcheck/check_e2e.py against what its kernel
 # version should do (v5.17+: zeroing at release; older: at hand-out; 6.18+: dibs).
 #
 # Usage: scripts/matrix.sh [LINE...]     (default: every line in KERNEL_LINES)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the kernel matrix from scripts/check_e2e.py's result files.
+"""Prints the kernel matrix from tests/ismcheck/check_e2e.py's result files.
 
 Arguments: LINE=STATUS=RESULT_JSON ..., one per kernel line (STATUS: e2e.sh's exit
 status). Exits 1 unless every line passed. The dibs column: the guests' /sys/class/dibs

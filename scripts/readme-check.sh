@@ -21,9 +21,9 @@ n="$(wc -l <"$README")"
 echo "ok - README.md: $n lines (budget $README_MAX_LINES)"
 
 # README links only into the repository, and every link of it and of docs/ resolves
-# (scripts/check_links.py; make lint runs it too).
+# (tests/ismcheck/check_links.py; make lint runs it too).
 step "README's and the docs' links"
-python3 "$REPO_ROOT/scripts/check_links.py" --strict "$README" "$REPO_ROOT"/docs/*.md \
+ismcheck check_links --strict "$README" "$REPO_ROOT"/docs/*.md \
     || die "a link of README.md or docs/ leaves the repository or points at nothing (above)"
 
 # Each marked block into $OUT_DIR/NAME.sh; the names, in order, into $OUT_DIR/blocks.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reads back every KTAP and JUnit report under build/results (written by each e2e.sh run,
-# scripts/results.py) with real parsers, and fails unless they say exactly what the runs
+# tests/ismcheck/results.py) with real parsers, and fails unless they say exactly what the runs
 # recorded: KTAP through the kernel's own parser (tools/testing/kunit/kunit.py parse, from
 # a kernel tree the kernel step unpacked), JUnit through junitparser (PyPI, in a venv in
 # the cache). So a CI system that reads either format sees the suite's real verdicts.
@@ -41,4 +41,4 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import junitparser' 2
     logged "python3 -m venv" python3 -m venv "$venv"
     logged "pip install junitparser" "$venv/bin/pip" install --disable-pip-version-check "junitparser==$JUNITPARSER_VERSION"
 fi
-python3 "$REPO_ROOT/scripts/results.py" check --kunit "$kunit" --junitparser-python "$venv/bin/python" "$RESULTS_DIR"
+ismcheck results check --kunit "$kunit" --junitparser-python "$venv/bin/python" "$RESULTS_DIR"

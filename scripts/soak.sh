@@ -167,7 +167,7 @@ run_kill_return() {
             boot_s="$(since "$rt")"
             if [ "$(count "$vlog" '^SUMMARY test=echo side=client .*smcd=1 .* ok$')" -ne 1 ]; then
                 why="the victim's echo was not SMC-D or failed"
-            elif ! python3 "$REPO_ROOT/scripts/wait_stream.py" "$EMU_BIN" "$RUN_DIR/control.sock" \
+            elif ! ismcheck wait_stream "$EMU_BIN" "$RUN_DIR/control.sock" \
                 --function ism1 --timeout 120; then
                 why="the victim's stream never started"
             else
@@ -353,7 +353,7 @@ run_emu_death() {
     # Long streams, so that one is in flight when the emulator dies.
     GUEST_TIMEOUT=1200 GUEST_NET="$RUN_DIR/net-pair.link" \
         guest_start dclient "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcsoak client 10.0.0.1 1G
-    python3 "$REPO_ROOT/scripts/wait_stream.py" "$EMU_BIN" "$RUN_DIR/control.sock" \
+    ismcheck wait_stream "$EMU_BIN" "$RUN_DIR/control.sock" \
         --function ism1 --timeout 600 \
         || { warn "emu-death: the stream never started"; tail -n 20 "$RUN_DIR"/d*.console.log >&2; return 1; }
     step "emu-death: killing the emulator (pid $EMU_PID) mid-stream"

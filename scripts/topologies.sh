@@ -2,7 +2,7 @@
 # The topologies real installations have (issue 39), one line per case: its verdict (as
 # expected / NOT as expected), the SMC version, the CHIDs offered and accepted, the mode
 # and the decline reason if any. Each case's expectation comes from the kernel's code
-# (scripts/check_topology.py names the functions; docs/testing.md, "make topologies").
+# (tests/ismcheck/check_topology.py names the functions; docs/testing.md, "make topologies").
 #
 # Usage: scripts/topologies.sh [CASE...]   (default: every case)
 #   v1         SMC-Dv1: NIC and ISM function share a PNET ID (e2e.sh's topology v1)
@@ -111,7 +111,7 @@ run_chid() {
     guest_wait b || rc=1
     emus_done "${emus[@]}" || rc=1
     topo_cleanup
-    python3 "$REPO_ROOT/scripts/check_topology.py" chid --case "$case" --run-dir "$RUN_DIR" \
+    ismcheck check_topology chid --case "$case" --run-dir "$RUN_DIR" \
         "${emus[@]/#/--emulator=}" ${more[@]+"${more[@]}"} --line "$RUN_DIR/line" \
         >"$RUN_DIR/check.txt" || rc=1
     grep '^  ' "$RUN_DIR/check.txt" || true   # what was not as expected
@@ -152,7 +152,7 @@ run_multi() {
     for g in "${MULTI_GUESTS[@]}"; do guest_wait "$g" || rc=1; done
     emus_done A B || rc=1
     topo_cleanup
-    python3 "$REPO_ROOT/scripts/check_topology.py" multi --case multi --run-dir "$RUN_DIR" \
+    ismcheck check_topology multi --case multi --run-dir "$RUN_DIR" \
         --emulator=A --emulator=B --conns $((MULTI_CONNS + 1)) "${streams[@]}" "${gargs[@]}" --line "$RUN_DIR/line" >"$RUN_DIR/check.txt" || rc=1
     grep '^  ' "$RUN_DIR/check.txt" || true
     return "$rc"
@@ -166,11 +166,11 @@ run_v1_case() {
     emu_stop && st=0 || st=$?
     record_check emulator_clean_shutdown "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
     topo_cleanup
-    python3 "$REPO_ROOT/scripts/check_e2e.py" --variant "$VARIANT" --run-dir "$RUN_DIR" \
+    ismcheck check_e2e --variant "$VARIANT" --run-dir "$RUN_DIR" \
         --checks "$RUN_DIR/checks.jsonl" "${V1_EXPECT[@]}" ${vlan:+--vlan "$vlan"} \
         >"$RUN_DIR/check_e2e.txt" 2>&1 || rc=1
     [ "$rc" = 0 ] || sed 's/^/  /' "$RUN_DIR/check_e2e.txt"
-    python3 "$REPO_ROOT/scripts/check_topology.py" e2e --case "$case" --run-dir "$RUN_DIR" \
+    ismcheck check_topology e2e --case "$case" --run-dir "$RUN_DIR" \
         --status "$rc" --line "$RUN_DIR/line" >"$RUN_DIR/check.txt"
     grep '^  ' "$RUN_DIR/check.txt" || true
 }

@@ -130,7 +130,7 @@ observe_named() { local n="$1"; shift; "$EMU_BIN" observe --control "$RUN_DIR/$n
 # Boots one guest in the background; its pid is in GUEST_PID_<NAME>. QEMU records the
 # guest's network traffic (the first 512 bytes of each frame: enough for the SMC CLC
 # handshake, whose SMC-D version check_e2e.py reads) in RUN_DIR/NAME.net.pcap. Its QEMU
-# monitor listens at RUN_DIR/NAME.monitor (scripts/guest_where.py reads a stuck guest's
+# monitor listens at RUN_DIR/NAME.monitor (tests/ismcheck/guest_where.py reads a stuck guest's
 # CPUs through it).
 # Optional, from the environment: GUEST_NET (the link's socket, default RUN_DIR/net.sock:
 # a link joins exactly one listening and one connecting guest, so more pairs need one
@@ -249,7 +249,7 @@ guest_kill() {
 }
 
 # record_check NAME STATUS [DIAGNOSTIC...]: one test point of this run (STATUS 0: ok) in
-# RUN_DIR/checks.jsonl, which scripts/results.py turns into the KTAP and JUnit reports.
+# RUN_DIR/checks.jsonl, which tests/ismcheck/results.py turns into the KTAP and JUnit reports.
 # Returns STATUS, so a check can end a function: `record_check x $? "why" || return 1`.
 record_check() {
     local name="$1" status="$2"; shift 2
@@ -260,14 +260,14 @@ record_check() {
 
 # guest_reports NAME: the kernel's own bug reports on guest NAME's console (WARN, BUG, an
 # oops, KASAN, lockdep, the hung-task, soft-lockup and RCU stall detectors:
-# scripts/kernel_reports.py) as the test point kernel_reports_NAME, not ok if there is
+# tests/ismcheck/kernel_reports.py) as the test point kernel_reports_NAME, not ok if there is
 # one, its diagnostics the reports' text (all of it in RUN_DIR/NAME.kernel-reports.txt).
 # Every kernel can report (a stock one WARNs too); VARIANT=debug turns the detectors on.
 # guest_wait calls it for every guest; a script that waits for a guest itself (e2e's
 # crash) calls it after the wait. Returns 1 if there was a report.
 guest_reports() {
     local name="$1" out rc=0
-    out="$(python3 "$REPO_ROOT/scripts/kernel_reports.py" "$RUN_DIR/$name.console.log" \
+    out="$(ismcheck kernel_reports "$RUN_DIR/$name.console.log" \
         --out "$RUN_DIR/$name.kernel-reports.txt")" || rc=$?
     case "$rc" in
         0) record_check "kernel_reports_$name" 0 "no kernel report on $name's console" ;;
@@ -277,7 +277,7 @@ guest_reports() {
            # summary of each (JUnit's failure message is the last diagnostic line).
            record_check "kernel_reports_$name" 1 "$(sed -n '/^--- report 1 /,$p' <<<"$out" | head -n 300)" \
                "$(sed -n '1,/^--- report 1 /p' <<<"$out" | sed '$d' | tr -s ' ' | paste -sd ';' | cut -c1-480)" ;;
-        *) record_check "kernel_reports_$name" 1 "scripts/kernel_reports.py could not read $name's console (status $rc)" ;;
+        *) record_check "kernel_reports_$name" 1 "tests/ismcheck/kernel_reports.py could not read $name's console (status $rc)" ;;
     esac
 }
 
@@ -379,10 +379,10 @@ wait_console() {
     done
 }
 
-# guest_where_argv NAME: sets _gw to the command of scripts/guest_where.py on guest NAME
+# guest_where_argv NAME: sets _gw to the command of tests/ismcheck/guest_where.py on guest NAME
 # (its monitor, its kernel's System.map, its console's MODSYM lines), options to follow.
 guest_where_argv() {
-    _gw=(python3 "$REPO_ROOT/scripts/guest_where.py" "$RUN_DIR/$1.monitor"
+    _gw=(ismcheck guest_where "$RUN_DIR/$1.monitor"
         "$(kernel_dir "${GUEST_LINE:-$KERNEL}")/System.map" --console "$RUN_DIR/$1.console.log")
 }
 

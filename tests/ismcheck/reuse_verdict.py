@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The host's reuse verdict of one run, from its event stream, with named exceptions.
 
-Usage: scripts/reuse_verdict.py EVENTS.jsonl [--allow late-cdc] [--allow late-data]
+Usage: tests/ismcheck/reuse_verdict.py EVENTS.jsonl [--allow late-cdc] [--allow late-data]
 
 Prints one line, "host: VERDICT ..." and what explains each exception, and exits 0 when
 the verdict is CLEAN or no reuse, or every stale reuse and foreign CDC message is

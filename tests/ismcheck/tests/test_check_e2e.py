@@ -18,8 +18,8 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import check_e2e  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from ismcheck import check_e2e  # noqa: E402
 
 SNAPSHOT = {"chid": "0x1234", "dmbs": [], "functions": [
     {"name": "ism0", "gid": "0x12340049534d0001", "counters": {"moves_out": 0}},
@@ -116,11 +116,11 @@ class Points(unittest.TestCase):
         (run / "a.console.log").write_text(f"ISMTEST: BOOTED {release}\n{console}\n")
         (run / "a.function").write_text("ism0\n")
         (run / "snapshot.json").write_text(json.dumps(SNAPSHOT))
-        subprocess.run([sys.executable, os.path.join(HERE, "check_e2e.py"), "--run-dir", str(run),
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(HERE), "check_e2e.py"), "--run-dir", str(run),
                         "--checks", str(run / "checks.jsonl")], capture_output=True, text=True)
         points = {p["name"]: p for p in map(json.loads, (run / "checks.jsonl").read_text().splitlines())}
         out = pathlib.Path(d) / "out"
-        subprocess.run([sys.executable, os.path.join(HERE, "results.py"), "write", "--name", "t",
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(HERE), "results.py"), "write", "--name", "t",
                         "--out", str(out), str(run)], check=True, capture_output=True)
         return points["dibs_matches_host"], (out / "t.ktap").read_text(), (out / "t.junit.xml").read_text()
 

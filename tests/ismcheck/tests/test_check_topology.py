@@ -15,10 +15,10 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import check_e2e  # noqa: E402
-import check_topology as ct  # noqa: E402
-from test_check_e2e import EYE_D, accept_confirm, pcap  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from ismcheck import check_e2e  # noqa: E402
+from ismcheck import check_topology as ct  # noqa: E402
+from ismcheck.tests.test_check_e2e import EYE_D, accept_confirm, pcap  # noqa: E402
 
 A, B = 0x1234, 0x5678
 F2, F3 = "0002:00:00.0", "0003:00:00.0"

@@ -8,8 +8,8 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kernel_reports  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from ismcheck import kernel_reports  # noqa: E402
 
 # A clean console: boot lines that look close (rcu:, lockdep's banner, kasan's start),
 # the programs' lines and a GCOV=1 dump of hex between its markers.
@@ -175,7 +175,7 @@ class Reports(unittest.TestCase):
         self.assertEqual(len(find(long)[0][1]), kernel_reports.MAX_LINES)
 
     def test_command_line_status_and_file(self):
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_reports.py")
+        script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernel_reports.py")
         with tempfile.TemporaryDirectory() as d:
             log, out = os.path.join(d, "a.console.log"), os.path.join(d, "a.reports.txt")
             with open(log, "w") as f:

@@ -497,7 +497,7 @@ def check_vlan_events(vlan, events, functions):
     return ok, notes
 
 
-# The run's test points, in report order (scripts/results.py turns them into KTAP and
+# The run's test points, in report order (tests/ismcheck/results.py turns them into KTAP and
 # JUnit): each fails with the messages given to `fail`.
 CHECKS = {
     "guest_kernel": "every guest booted and reported the same kernel",

@@ -19,7 +19,7 @@ version, the CHIDs offered and accepted, the mode and the decline reason if any.
         on both emulators, each serving and streaming to two others at once, all to port
         12350 (check_multi: every connection against the kernel's choice, on the wire of
         every capture, in the guests and in each emulator's DMBs).
-  e2e   the v1 and vlan cases: scripts/check_e2e.py's verdict (--status) on the run,
+  e2e   the v1 and vlan cases: tests/ismcheck/check_e2e.py's verdict (--status) on the run,
         summed up from the same capture and consoles.
 
 The expected choice is computed from the guests' own ISM functions by the kernel's rules
@@ -32,7 +32,7 @@ import pathlib
 import re
 import sys
 
-import check_e2e
+from ismcheck import check_e2e
 
 # SMC_CLC_DECL_* (net/smc/smc_clc.h) the CHID cases can see.
 DECL_NOSMCD2DEV = 0x03030007   # no SMC-Dv2 device found

@@ -10,7 +10,7 @@ Every link must stay inside the repository and point at something that exists:
 Web links (http, https, mailto) are allowed in the docs and refused in the files given
 with --strict (README.md: the front door links only into the repository).
 
-Usage: scripts/check_links.py [--strict FILE]... [FILE...]
+Usage: tests/ismcheck/check_links.py [--strict FILE]... [FILE...]
   With no FILE: README.md strictly, and every other *.md of the repository.
 Exit status: 0 when every link is good, 1 when one is not (each printed as
 FILE:LINE: what), 2 on a usage error.
@@ -22,7 +22,7 @@ import re
 import sys
 import unicodedata
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Folders that hold no documentation of the project (build output, caches, checkouts).
 SKIP_DIRS = {".git", "target", "build", "node_modules"}
 WEB_SCHEMES = ("http://", "https://", "mailto:")

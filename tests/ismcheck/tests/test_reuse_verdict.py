@@ -8,8 +8,8 @@ import pathlib
 import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import reuse_verdict  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from ismcheck import reuse_verdict  # noqa: E402
 
 TESTDATA = pathlib.Path(__file__).resolve().parent / "testdata"
 DATA = TESTDATA / "faults"
