@@ -27,7 +27,7 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown upstream hops coverage chaos lint clean \
+	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown bug-closeuaf upstream hops coverage chaos lint clean \
 	help install cli-check check-images
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
@@ -342,6 +342,16 @@ bug-hslimit: qemu emulator ## net.smc.limit_smc_hs on big-endian: stock's sysctl
 LATEDATA_LINES ?= 6.12
 bug-latedata: qemu emulator ## a slow reader: stock truncates silently and writes after the close, latedata-rfc resets
 	$(call bug_check,$(LATEDATA_LINES),stock latedata-rfc,bug/007 bug/008)
+
+# The use-after-free in smc_close_stream_wait() (docs/known-bugs.md section 10;
+# tests/bug/019-020, guest-tests/kernel/patches/closeuaf-fix): b closes with data unsent,
+# a aborts and powers off; a test-only patch holds b's woken closer off its socket until it is killed.
+# On each line of CLOSEUAF_LINES (default 6.12) VARIANT=debug-closeuaf-window must give
+# KASAN's report, VARIANT=debug-closeuaf-window-fix (the same with the fix) none. Not in
+# make test or CI (the debug kernels' cold builds).
+CLOSEUAF_LINES ?= 6.12
+bug-closeuaf: qemu emulator ## close waits with data unsent, the peer aborts and powers off: KASAN use-after-free without closeuaf-fix (debug kernels)
+	$(call bug_check,$(CLOSEUAF_LINES),debug-closeuaf-window debug-closeuaf-window-fix,bug/019 bug/020)
 
 # Data already received, discarded when the peer system goes down (docs/known-bugs.md
 # section 12; tests/bug/009): b sends 32 KiB, closes and powers off, a reads 3 s

@@ -199,11 +199,12 @@ evidence() {
                 [ -f "$BUILD_DIR/$script/verdicts.txt" ] || continue
                 while read -r _ k v; do
                     [ "${k%%:*}" = "$line" ] || continue
-                    # The kernels without the fix (stock, debug) against the fix's own
-                    # variants; a test-only variant (rxabort-kill) is neither.
+                    # The kernels without the fix (stock, debug, a test-only window on
+                    # debug) against the fix's own variants (debug-closeuaf-window-fix
+                    # too); another test-only variant (rxabort-kill) is neither.
                     case "${k#*:}" in
                         *-fix | *-rfc) nf=$((nf + 1)); [ "${v%% *}" = FIXED ] && fixed=$((fixed + 1)) ;;
-                        stock | debug) nb=$((nb + 1)); [ "${v%% *}" = BUG ] && bug=$((bug + 1)) ;;
+                        stock | debug | *-window) nb=$((nb + 1)); [ "${v%% *}" = BUG ] && bug=$((bug + 1)) ;;
                     esac
                 done < <(sed -E 's/^([^ ]+) ([^ ]+) run [0-9]+\/[0-9]+: /\1 \2 /' "$BUILD_DIR/$script/verdicts.txt")
                 ;;
@@ -254,9 +255,13 @@ for FIX in "${wanted[@]}"; do
             app+=("$line:-")
         fi
     done
-    for copy in "$PATCHES_DIR"/debug-"$FIX"/*.patch; do
-        [ -f "$copy" ] || continue
-        cmp -s "$copy" "$PATCHES_DIR/$FIX/$(basename "$copy")" || { warn "$FIX: $copy differs from the fix's own patch"; status=failed; }
+    # Every variant that carries a copy of one of the fix's patches (its debug twin, a
+    # test's window with the fix) carries it unchanged.
+    for p in "${patches[@]}"; do
+        for copy in "$PATCHES_DIR"/*/"$(basename "$p")"; do
+            [ -f "$copy" ] && [ "$copy" != "$p" ] || continue
+            cmp -s "$copy" "$p" || { warn "$FIX: $copy differs from the fix's own patch"; status=failed; }
+        done
     done
     if format_against "$FIX" "$out" "$BASE"; then
         cp=$(checkpatch_counts "$out" "$BASE")

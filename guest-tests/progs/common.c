@@ -48,6 +48,8 @@ void usage(FILE *f)
 "  --close-after-send    stream client: close as soon as the stream is sent, wait for no result;\n"
 "                        the server then reads to end of file (a slow reader: --read-delay-ms)\n"
 "  --read-delay-ms=N     server: wait N ms after the hello before reading the stream (default 0)\n"
+"  --abandon-after-ms=N  stream server: N ms after the hello, close without reading (a reader\n"
+"                        that goes away: net/smc aborts, as TCP resets)\n"
 "  --connect-timeout=S   keep retrying connect for S seconds (default 60)\n"
 "  --attempt-timeout=S   one connect attempt (default 10)\n"
 "  --accept-timeout=S    wait up to S seconds for each connection (default 300)\n"
@@ -211,6 +213,8 @@ void parse_args(int argc, char **argv)
 			o->hold_on_error = get_int(key, val, 0, 3600);
 		} else if (!strcmp(key, "read-delay-ms")) {
 			o->read_delay_ms = get_int(key, val, 0, 3600000);
+		} else if (!strcmp(key, "abandon-after-ms")) {
+			o->abandon_ms = get_int(key, val, 1, 3600000);
 		} else if (!strcmp(key, "connect-timeout")) {
 			o->connect_timeout = get_int(key, val, 0, 86400);
 		} else if (!strcmp(key, "attempt-timeout")) {
@@ -239,6 +243,8 @@ void parse_args(int argc, char **argv)
 	}
 	if (o->close_after_send && o->test != T_STREAM)
 		die_usage("%s is for the stream test", "--close-after-send");
+	if (o->abandon_ms && o->test != T_STREAM)
+		die_usage("%s is for the stream test", "--abandon-after-ms");
 	if (conns >= 0) o->conns = conns;
 	if (bytes >= 0) o->bytes = (uint64_t)bytes;
 	if (rounds >= 0) o->rounds = (uint32_t)rounds;

@@ -43,6 +43,7 @@ struct opts {
 	int hold_on_error;   /* s: client keeps a failed connection open before close */
 	int close_after_send; /* stream client: close once the stream is sent (no result) */
 	int read_delay_ms;   /* stream server: sleep before reading the stream */
+	int abandon_ms;      /* stream server: close unread after this many ms (0: read) */
 	int allow_fallback;  /* local testing only: TCP fallback is not an error */
 	int tcp;             /* local testing only: AF_INET sockets, no SMC check */
 	int quiet;

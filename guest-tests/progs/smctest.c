@@ -338,6 +338,14 @@ static void server_conn(int fd, int accept_no)
 	if (flags & HELLO_F_CLOSE_AFTER_SEND)
 		/* the client may close before we read: ask the kernel now */
 		check_mode(fd, &r, modeline, sizeof(modeline));
+	if (g_opt.abandon_ms) {
+		/* a reader that goes away: the stream stays unread, so the close is an abort
+		 * (as TCP's is a reset); the connection is done once the mode is known */
+		if (!(flags & HELLO_F_CLOSE_AFTER_SEND))
+			check_mode(fd, &r, modeline, sizeof(modeline));
+		sleep_ms(g_opt.abandon_ms);
+		goto out;
+	}
 	if (g_opt.read_delay_ms)
 		sleep_ms(g_opt.read_delay_ms);
 
