@@ -243,14 +243,12 @@ chaos: images emulator ## a seeded fault campaign on two guests: CHAOS_ROUNDS, C
 coverage: qemu emulator ## the guest kernel's coverage of SMC-D, emulated ISM against loopback-ism
 	scripts/coverage.sh $(if $(filter 1,$(COVERAGE_SHORT)),--short)
 
-# $(call bug_check,LINES,VARIANTS,TESTS): the known-bug tests TESTS (tests/bug/, ./check)
-# on each kernel line of LINES, after building each line's VARIANTS (cached). Every line
-# runs even if one fails; the status is 1 if a test failed on any.
+# $(call bug_check,LINES,
+# after building what they need there (make check-images: the kernels their requires()
+# name, cached). Every line runs even if one fails; the status is 1 if a test failed on any.
 define bug_check
-	for k in $(1); do for v in $(2); do \
-		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=$$v || exit 1; \
-	done; done
-	rc=0; for k in $(1); do KERNEL=$$k ./check $(CHECK_FLAGS) $(3) || rc=1; done; exit $$rc
+	for k in $(1); do $(MAKE) --no-print-directory check-images KERNEL=$$k CHECK_ARGS="$(2)" || exit 1; done
+	rc=0; for k in $(1); do KERNEL=$$k ./check $(CHECK_FLAGS) $(2) || rc=1; done; exit $$rc
 endef
 
 # The known net/smc receive livelock (tests/bug/001-002, guest-tests/kernel/patches/
@@ -260,7 +258,7 @@ endef
 # run; BUG_RUNS runs per kernel (default 1); KTAP/JUnit in build/results/bug-livelock.*.
 BUG_LINES ?= 6.12
 bug-livelock: qemu emulator ## the net/smc rx livelock: stock wedges (the known bug), rxabort-fix ends the read
-	$(call bug_check,$(BUG_LINES),stock rxabort-fix,bug/001 bug/002)
+	$(call bug_check,$(BUG_LINES),bug/001 bug/002)
 
 # An aborted SMC-D connection's last CDC message in a reused DMB (docs/known-bugs.md,
 # section 3; guest-tests/kernel/patches/lateabort-fix): make faults' late-write and
@@ -270,7 +268,7 @@ bug-livelock: qemu emulator ## the net/smc rx livelock: stock wedges (the known 
 # device: every verdict CLEAN or no reuse).
 LATEABORT_LINES ?= 6.12 7.3
 bug-lateabort: qemu emulator ## an aborted connection's last CDC in a reused DMB: stock crosses it, lateabort-fix refuses it
-	$(call bug_check,$(LATEABORT_LINES),stock lateabort-fix,fault/003 fault/002 fault/008 fault/009)
+	$(call bug_check,$(LATEABORT_LINES),fault/003 fault/002 fault/008 fault/009)
 
 # The known net/smc CHID-0 accept bug (upstream 277740023def; docs/known-bugs.md), with a
 # crafted peer (5.10 VARIANT=chid0-peer answers SMC-Dv2 with CHID 0): the client on stock
@@ -279,9 +277,8 @@ bug-lateabort: qemu emulator ## an aborted connection's last CDC in a reused DMB
 # accept and live. KTAP/JUnit in build/results/bug-chid0.*; BUG_RUNS runs per kernel (1).
 CHID0_LINES ?= 6.1
 bug-chid0: qemu emulator ## net/smc CHID-0 accept: stock 5.10 oopses (the known bug), fixed kernels refuse it
-	$(MAKE) --no-print-directory kernel initramfs KERNEL=5.10 VARIANT=chid0-peer
-	$(call bug_check,5.10,stock chid0-fix,bug/010 bug/011)
-	$(call bug_check,$(CHID0_LINES),stock,bug/012)
+	$(call bug_check,5.10,bug/010 bug/011)
+	$(call bug_check,$(CHID0_LINES),bug/012)
 
 # A peer's shutdown ending every link group of an ISM function (docs/known-bugs.md,
 # section 5; tests/bug/003-004, guest-tests/kernel/patches/smcdterm-fix): three
@@ -292,7 +289,7 @@ bug-chid0: qemu emulator ## net/smc CHID-0 accept: stock 5.10 oopses (the known 
 # build/results/bug-smcdterm.*.
 SMCDTERM_LINES ?= 6.12
 bug-smcdterm: qemu emulator ## a peer's shutdown ends every link group of an ISM function: stock aborts a third guest's stream, smcdterm-fix keeps it
-	$(call bug_check,$(SMCDTERM_LINES),stock smcdterm-fix,bug/003 bug/004)
+	$(call bug_check,$(SMCDTERM_LINES),bug/003 bug/004)
 
 # The dibs lock bug (CVE-2026-74617, docs/known-bugs.md section 1), fixed in every line
 # Debian offers: 7.3 VARIANT=dibslock-bug reverts the fix (test only) on VARIANT=debug's
@@ -301,7 +298,7 @@ bug-smcdterm: qemu emulator ## a peer's shutdown ends every link group of an ISM
 # Not in make test or CI: the debug kernels take about 25 min each to build cold.
 DIBSLOCK_LINES ?= 7.3
 bug-dibslock: qemu emulator ## dibs lock: an event at REG_IEQ; 7.x with the fix reverted reports the bug, fixed debug kernels nothing
-	$(call bug_check,$(DIBSLOCK_LINES),dibslock-bug debug,bug/017 bug/018)
+	$(call bug_check,$(DIBSLOCK_LINES),bug/017 bug/018)
 
 # The ism driver's event queue published after its registration (docs/known-bugs.md,
 # section 7; tests/bug/013-014, guest-tests/kernel/patches/ieqnull-fix): the device
@@ -313,7 +310,7 @@ bug-dibslock: qemu emulator ## dibs lock: an event at REG_IEQ; 7.x with the fix 
 # Not in make test or CI (the debug kernels' cold builds).
 IEQNULL_LINES ?= 7.3
 bug-ieqnull: qemu emulator ## an event interrupt before the ism driver publishes its event queue: the probe hangs without the fix (debug kernels)
-	$(call bug_check,$(IEQNULL_LINES),debug debug-ieqnull-fix,bug/013 bug/014)
+	$(call bug_check,$(IEQNULL_LINES),bug/013 bug/014)
 
 # net/smc's VLAN refcount issues an ISM command under smcd->lock, which the interrupt
 # handler takes (docs/known-bugs.md, section 11; tests/bug/015-016,
@@ -322,7 +319,7 @@ bug-ieqnull: qemu emulator ## an event interrupt before the ism driver publishes
 # Not in make test or CI (the debug kernels' cold builds).
 VLANLOCK_LINES ?= 6.12
 bug-vlanlock: qemu emulator ## the VLAN refcount's ISM command under smcd->lock: lockdep's irq lock inversion without the fix (debug kernels)
-	$(call bug_check,$(VLANLOCK_LINES),debug debug-vlanlock-fix,bug/015 bug/016)
+	$(call bug_check,$(VLANLOCK_LINES),bug/015 bug/016)
 
 # net.smc.limit_smc_hs on big-endian (docs/known-bugs.md section 4; tests/bug/005-006,
 # guest-tests/kernel/patches/hslimit-fix): one guest, smcapi's hs-sysctl subtest. On each
@@ -331,7 +328,7 @@ bug-vlanlock: qemu emulator ## the VLAN refcount's ISM command under smcd->lock:
 # must pass. KTAP/JUnit in build/results/bug-hslimit.*.
 HSLIMIT_LINES ?= 6.12
 bug-hslimit: qemu emulator ## net.smc.limit_smc_hs on big-endian: stock's sysctl never reaches new sockets, hslimit-fix's does
-	$(call bug_check,$(HSLIMIT_LINES),stock hslimit-fix,bug/005 bug/006)
+	$(call bug_check,$(HSLIMIT_LINES),bug/005 bug/006)
 
 # Data left unsent at close written after the close (docs/known-bugs.md section 9;
 # tests/bug/007-008, guest-tests/kernel/patches/latedata-rfc): a slow reader, no
@@ -341,7 +338,7 @@ bug-hslimit: qemu emulator ## net.smc.limit_smc_hs on big-endian: stock's sysctl
 # build/results/bug-latedata.*.
 LATEDATA_LINES ?= 6.12
 bug-latedata: qemu emulator ## a slow reader: stock truncates silently and writes after the close, latedata-rfc resets
-	$(call bug_check,$(LATEDATA_LINES),stock latedata-rfc,bug/007 bug/008)
+	$(call bug_check,$(LATEDATA_LINES),bug/007 bug/008)
 
 # The use-after-free in smc_close_stream_wait() (docs/known-bugs.md section 10;
 # tests/bug/019-020, guest-tests/kernel/patches/closeuaf-fix): b closes with data unsent,
@@ -351,7 +348,7 @@ bug-latedata: qemu emulator ## a slow reader: stock truncates silently and write
 # make test or CI (the debug kernels' cold builds).
 CLOSEUAF_LINES ?= 6.12
 bug-closeuaf: qemu emulator ## close waits with data unsent, the peer aborts and powers off: KASAN use-after-free without closeuaf-fix (debug kernels)
-	$(call bug_check,$(CLOSEUAF_LINES),debug-closeuaf-window debug-closeuaf-window-fix,bug/019 bug/020)
+	$(call bug_check,$(CLOSEUAF_LINES),bug/019 bug/020)
 
 # Data already received, discarded when the peer system goes down (docs/known-bugs.md
 # section 12; tests/bug/009): b sends 32 KiB, closes and powers off, a reads 3 s
@@ -359,7 +356,7 @@ bug-closeuaf: qemu emulator ## close waits with data unsent, the peer aborts and
 # 6.12 7.3) must show the bug. Not in CI. KTAP/JUnit in build/results/bug-peerdown.*.
 PEERDOWN_LINES ?= 6.12 7.3
 bug-peerdown: qemu emulator ## a peer that sends, closes and powers off: the reader loses the data already in its DMB (end of file)
-	$(call bug_check,$(PEERDOWN_LINES),stock,bug/009)
+	$(call bug_check,$(PEERDOWN_LINES),bug/009)
 
 # Every kernel fix as it would be mailed (scripts/upstream.sh, docs/known-bugs.md "Sending
 # the fixes"): build/upstream/<fix>/ with the patch in git format-patch form against the
