@@ -88,13 +88,13 @@ unit: deps ## cargo test, the guest programs' checks, the checkers' tests (pytes
 	$(MAKE) -s -C guest-tests/preload check OUT=$(BUILD_DIR)/guest-preload
 	bash -c 'source scripts/lib.sh && need_packages guests timeline unit'
 	/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/ismcheck
-	python3 scripts/test_experiment.py
-	python3 scripts/test_hops.py
-	python3 scripts/test_chaos.py
-	python3 scripts/test_coverage.py
-	python3 scripts/test_bench_guests.py
+	python3 tests/tools/test_experiment.py
+	python3 tests/tools/test_hops.py
+	python3 tests/tools/test_chaos.py
+	python3 tests/tools/test_coverage.py
+	python3 tests/tools/test_bench_guests.py
 	python3 qemu-configs/tests/test_stb_sweep_rule.py
-	/usr/bin/python3 scripts/test_timeline.py
+	/usr/bin/python3 tests/tools/test_timeline.py
 
 lint: deps ## cargo fmt --check, clippy, and the Markdown's links (tests/ismcheck/check_links.py)
 	PYTHONPATH=tests python3 -m ismcheck.check_links
@@ -114,17 +114,17 @@ qemu-sigp: images ## the SIGP STOP deadlock check: guests power off while anothe
 e2e: images emulator ## the end-to-end suite: two guests, one guest to itself, a guest killed mid-stream, the socket API, SMC-Dv1, VLAN
 	./check $(CHECK_FLAGS) -g e2e
 
-# The topologies real installations have (scripts/topologies.sh, docs/testing.md "make
+# The topologies real installations have (tests/topology/topologies.sh, docs/testing.md "make
 # topologies"): SMC-Dv1, VLAN, several ISM functions on two CHIDs, mixed kernel lines,
 # loopback-ism beside ISM, four guests streaming at once over two multi-function emulators;
 # one line per case, each held to what the kernel's code decides. TOPO_CASES: some of them.
 # The mixed-line cases boot other lines too (the case's name says which), the loopback
 # case 6.12 with loopback-ism (VARIANT=loopback): built first.
 topologies: images emulator ## SMC-Dv1, VLAN, two CHIDs, mixed kernel lines, loopback beside ISM, four guests at once: one line per case (verdict, version, CHIDs, mode, decline)
-	@for k in $$(TOPO_PRINT_LINES=1 scripts/topologies.sh $(TOPO_CASES)); do \
+	@for k in $$(TOPO_PRINT_LINES=1 tests/topology/topologies.sh $(TOPO_CASES)); do \
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$${k%%:*} VARIANT=$${k#*:} || exit 1; \
 	done
-	scripts/topologies.sh $(TOPO_CASES)
+	tests/topology/topologies.sh $(TOPO_CASES)
 
 # The negative controls: the observer must see what each kernel variant does.
 e2e-variants: emulator qemu ## the negative-control kernels (prezero, nozero): the observer must tell
@@ -133,23 +133,23 @@ e2e-variants: emulator qemu ## the negative-control kernels (prezero, nozero): t
 
 # The kernel matrix: the two-guest topology with the sequential-connections test on every
 # kernel line, checked against what each kernel version does with released DMBs; prints
-# one table (scripts/matrix.sh).
+# one table (tests/smcd/matrix.sh).
 matrix: images-all emulator ## the two-guest suite on every kernel line, one table
-	scripts/matrix.sh
+	tests/smcd/matrix.sh
 
 # The same on the lines `make test` covers (TEST_LINES: all but 7.2) but the default one
 # (`e2e` runs the whole suite there).
 e2e-matrix: images-test emulator ## the matrix on the lines make test covers, but the default
-	scripts/matrix.sh --others
+	tests/smcd/matrix.sh --others
 
 # Every e2e run writes KTAP and JUnit reports to build/results; this reads them back with
 # the kernel's KTAP parser and junitparser and checks they say what the runs recorded.
 results-check: kernel ## the KTAP and JUnit reports read back by real parsers
-	scripts/results-check.sh
+	tests/host/results-check.sh
 
 # README's own command blocks, run as written (the ones it marks as tested).
 readme-check: images emulator ## README's tested command blocks, run as written
-	scripts/readme-check.sh
+	tests/host/readme-check.sh
 
 # make test's topologies: v1 and vlan run in make e2e already; loopback needs its own
 # kernel variant, built on top of the fresh-root check's time: .ci/run runs it on the host.
@@ -168,9 +168,9 @@ check-images: qemu emulator ## what ./check CHECK_ARGS (default: -g ci) needs bu
 		esac; \
 	done
 
-# Every script's --help, usage errors and exit codes (scripts/cli-check.sh): no guest boots.
+# Every script's --help, usage errors and exit codes (tests/host/cli-check.sh): no guest boots.
 cli-check: ## the scripts' command lines: --help, usage errors, exit codes
-	scripts/cli-check.sh
+	tests/host/cli-check.sh
 
 # README's two commands in a minimal Debian 12 root with an empty cache: proves that the
 # project's own files install everything they need (CI runs it: its `make test` is CI's).
@@ -183,19 +183,19 @@ shell: images emulator ## a shell in a guest on the emulated ISM, a peer guest, 
 	scripts/shell.sh
 
 shell-check: images emulator ## drives make shell in a terminal (tmux)
-	scripts/shell-check.sh
+	tests/host/shell-check.sh
 
 # scripts/ci-smcd.sh (the entry point for a kernel tree's CI, docs/ci.md) on a real tree:
 # a Debian line's source treated as someone's tree, built, changed by one line, rebuilt,
 # tested; its KTAP and JUnit read back by real parsers.
 ci-smcd-check: qemu emulator ## scripts/ci-smcd.sh on a Debian tree treated as yours, changed by one line
-	scripts/ci-smcd-check.sh
+	tests/host/ci-smcd-check.sh
 
 # virtme-ng (vng, from PyPI, pinned) booting an s390x kernel with the emulated ISM attached,
-# running an SMC-D test in it (scripts/vng-check.sh, docs/ci.md "virtme-ng"). Needs a QEMU
+# running an SMC-D test in it (tests/host/vng-check.sh, docs/ci.md "virtme-ng"). Needs a QEMU
 # with virtio-9p (VNG_QEMU=...): the project's has none, and the script says so (status 2).
 vng-check: emulator qemu ## virtme-ng booting a kernel with the emulated ISM (needs VNG_QEMU)
-	scripts/vng-check.sh
+	tests/host/vng-check.sh
 
 bench: ## the device's throughput table (cargo bench; every thread on one CPU unless BENCH_CPU=free)
 	cargo bench --bench throughput
@@ -218,12 +218,12 @@ bench-guests: images emulator ## SMC-D against TCP between the same two guests (
 experiment: images emulator ## the seed commit's experiment: zeroing at release against at hand-out
 	scripts/experiment.sh
 
-# Fault injection against the unmodified guest stack (scripts/faults.sh, docs/faults.md):
+# Fault injection against the unmodified guest stack (tests/fault/faults.sh, docs/faults.md):
 # each scenario's outcome asserted from both guests and the event stream.
 faults: images emulator ## fault scenarios against the unmodified kernels of two guests
 	./check $(CHECK_FLAGS) -g fault -x bug
 
-# A seeded fault campaign (scripts/chaos.py, docs/chaos.md): CHAOS_ROUNDS rounds, each a
+# A seeded fault campaign (tests/chaos/chaos.py, docs/chaos.md): CHAOS_ROUNDS rounds, each a
 # fault schedule and a workload drawn from its seed (from CHAOS_SEED, printed), run on two
 # guests and judged by four invariants (data, kernel reports, blocked calls, the host's
 # reuse verdict); a failed round is replayed, shrunk and kept in build/chaos/findings/.
@@ -233,7 +233,7 @@ faults: images emulator ## fault scenarios against the unmodified kernels of two
 CHAOS_ROUNDS ?= 5
 chaos: export VARIANT ?= debug
 chaos: images emulator ## a seeded fault campaign on two guests: CHAOS_ROUNDS, CHAOS_SEED (docs/chaos.md)
-	scripts/chaos.py --rounds $(CHAOS_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) $(if $(CHAOS_FIRST),--first $(CHAOS_FIRST)) \
+	tests/chaos/chaos.py --rounds $(CHAOS_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) $(if $(CHAOS_FIRST),--first $(CHAOS_FIRST)) \
 		$(if $(CHAOS_ROUND),--round-seed $(CHAOS_ROUND)) $(if $(CHAOS_PLAN),--plan $(CHAOS_PLAN))
 
 # The guest kernel's coverage of net/smc, the ism driver and dibs (scripts/coverage.sh,
@@ -376,16 +376,16 @@ timeline: emulator ## the last demo's DMB lifecycles as a Perfetto timeline and 
 	/usr/bin/python3 scripts/timeline.py "$(BUILD_DIR)/timeline.json" \
 		--out "$(BUILD_DIR)/timeline.png" --out "$(BUILD_DIR)/timeline.svg"
 
-# Soak with real guests (scripts/soak.sh, docs/soak.md): a guest killed and booted again
+# Soak with real guests (tests/device/soak.sh, docs/soak.md): a guest killed and booted again
 # SOAK_ROUNDS times beside a streaming pair, SOAK_GUESTS guests streaming at once, the
 # emulator killed under load. Not part of `make test`: the full run takes 15-25 minutes
 # on two cores; `soak-short` is CI's version, about 3 minutes.
 SOAK_ROUNDS ?= 100
 soak: images emulator ## guests killed and booted again, eight guests, the emulator killed (15-25 min)
-	SOAK_ROUNDS=$(SOAK_ROUNDS) SOAK_GUESTS=8 scripts/soak.sh
+	SOAK_ROUNDS=$(SOAK_ROUNDS) SOAK_GUESTS=8 tests/device/soak.sh
 
-soak-short: images emulator ## the soak, short (CI's, about 3 min)
-	SOAK_ROUNDS=3 SOAK_GUESTS=8 scripts/soak.sh
+soak-short: images emulator ## the soak, short (CI's, about 3 min: ./check device/002)
+	./check $(CHECK_FLAGS) device/002
 
 # Coverage-guided fuzzing (device/fuzz, nightly + cargo-fuzz): every target for FUZZ_SECS
 # seconds (default 60), FUZZ_TARGETS to choose; one line per target (docs/fuzzing.md).

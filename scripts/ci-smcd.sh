@@ -9,7 +9,7 @@
 #                         instead of allnoconfig
 #   --kernel-image FILE, --modules-dir DIR
 #                         a kernel you built already (s390x), and its modules_install folder
-#   --topologies LIST     e2e topologies (default "two self crash", also api; scripts/e2e.sh)
+#   --topologies LIST     e2e topologies (default "two self crash", also api; tests/smcd/e2e.sh)
 #   --tests LIST          smcsuite tests (default "echo stream seq concurrent")
 #   --out DIR             artefacts (default build/ci-smcd)
 #   --build-only          build QEMU, the emulator, the kernel and initramfs; run nothing
@@ -67,7 +67,7 @@ mkdir -p "$out/logs" "$out/results"
 rc=0
 # shellcheck disable=SC2086
 TESTS="$tests" E2E_DIR="$out/logs" RESULTS_DIR="$out/results" RESULTS_NAME=ci-smcd \
-    timed suite "$REPO_ROOT/scripts/e2e.sh" $topologies || rc=1
+    timed suite "$REPO_ROOT/tests/smcd/e2e.sh" $topologies || rc=1
 [ -e "$out/results/ci-smcd.ktap" ] || { warn "ci-smcd: the suite wrote no results"; rc=1; }
 cat "$out/times.txt"
 step "ci-smcd: $( [ $rc = 0 ] && echo PASSED || echo FAILED ); KTAP: $out/results/ci-smcd.ktap, JUnit: $out/results/ci-smcd.junit.xml, logs: $out/logs"

@@ -64,11 +64,11 @@ suite() {   # suite NAME COMMAND...: runs it with the counters going to the ISM 
 }
 for s in $SUITES; do
     case "$s" in
-        e2e) suite e2e env E2E_DIR="$OUT/logs/e2e" "$REPO_ROOT/scripts/e2e.sh" ;;
-        e2e-short) suite e2e-short env E2E_DIR="$OUT/logs/e2e" TESTS="echo seq" "$REPO_ROOT/scripts/e2e.sh" two ;;
-        topologies) suite topologies env TOPO_DIR="$OUT/logs/topologies" "$REPO_ROOT/scripts/topologies.sh" \
+        e2e) suite e2e env E2E_DIR="$OUT/logs/e2e" "$REPO_ROOT/tests/smcd/e2e.sh" ;;
+        e2e-short) suite e2e-short env E2E_DIR="$OUT/logs/e2e" TESTS="echo seq" "$REPO_ROOT/tests/smcd/e2e.sh" two ;;
+        topologies) suite topologies env TOPO_DIR="$OUT/logs/topologies" "$REPO_ROOT/tests/topology/topologies.sh" \
             chid-both chid-one chid-none multi ;;
-        faults) suite faults env FAULTS_DIR="$OUT/logs/faults" "$REPO_ROOT/scripts/faults.sh" ;;
+        faults) suite faults env FAULTS_DIR="$OUT/logs/faults" "$REPO_ROOT/tests/fault/faults.sh" ;;
         livelock) suite livelock env BUG_DIR="$OUT/logs/livelock" RESULTS_BASE="$OUT/logs/livelock" "$REPO_ROOT/check" bug/001 ;;
         experiment) suite experiment env EXP_DIR="$OUT/logs/experiment" EXP_KERNELS="$KERNEL" EXP_BENCH=0 \
             EXP_CONNS="${EXP_CONNS:-20}" EXP_ROUNDS="${EXP_ROUNDS:-3}" "$REPO_ROOT/scripts/experiment.sh" ;;

@@ -96,7 +96,7 @@ fn read_doc(path: &Path) -> Value {
 }
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/testdata/demo-events.jsonl")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/tools/testdata/demo-events.jsonl")
 }
 
 #[test]

@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
-# One round of make chaos, as scripts/chaos.py drew it (docs/chaos.md): one emulator with
+# One round of make chaos, as tests/chaos/chaos.py drew it (docs/chaos.md): one emulator with
 # the round's start-up fault rules, two guests running its workload (smcfault chaos), the
 # round's mid-run rules added (and, for the kill workload, guest b killed) once b's
 # traffic reaches the device. Leaves everything the judge reads in RUN_DIR: the consoles,
 # the event stream and trace, each guest's seconds from the action to its workload's end
 # (NAME.took), the emulator's exit (emulator.status), fault-add.out, fault-list.txt.
-# It judges nothing: scripts/chaos.py does.
+# It judges nothing: tests/chaos/chaos.py does.
 #
-# Usage: scripts/chaos-round.sh RUN_DIR
-# Environment (set by scripts/chaos.py): CHAOS_WORKLOAD, CHAOS_SCALE, CHAOS_IOT (the
+# Usage: tests/chaos/chaos-round.sh RUN_DIR
+# Environment (set by tests/chaos/chaos.py): CHAOS_WORKLOAD, CHAOS_SCALE, CHAOS_IOT (the
 # guests' socket timeout, s), CHAOS_DEADLINE (s), CHAOS_START and CHAOS_MID (fault specs,
 # one a line); KERNEL, VARIANT.
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
 help_and_no_options "$@"
 [ $# -eq 1 ] || usage_error "one RUN_DIR"
 for v in CHAOS_WORKLOAD CHAOS_SCALE CHAOS_IOT CHAOS_DEADLINE; do
-    [ -n "${!v:-}" ] || usage_error "$v is not set (scripts/chaos.py sets it)"
+    [ -n "${!v:-}" ] || usage_error "$v is not set (tests/chaos/chaos.py sets it)"
 done
 check_artefacts
 topo_init "$1"

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """make chaos: a seeded fault campaign against two guests (docs/chaos.md).
 
-Usage: scripts/chaos.py [--rounds N] [--seed S] [--round-seed R] [--plan FILE]
-                        [--out DIR] [--shrink-max N] [--draw]
+Usage: tests/chaos/chaos.py [--rounds N] [--seed S] [--round-seed R] [--plan FILE]
+                        [--out DIR] [--shrink-max N] [--draw] [--once]
 
 Each round draws, from its own seed, a fault schedule in the emulator's grammar
 (docs/faults.md: rules at start-up, rules or a GID-disabled action once the traffic
 flows) and a workload (stream, echo, seq: many short connections, halfclose, kill: guest
 b killed mid-stream, reset: b resets its own ISM function mid-stream), runs it
-(scripts/chaos-round.sh) and judges four invariants:
+(tests/chaos/chaos-round.sh) and judges four invariants:
 
   data     no byte a receiver accepted differs from what was sent (a mismatch, a wrong
            checksum or byte count): an error the connection reported is fine, silent
@@ -26,7 +26,8 @@ OUT/findings/SUMMARY. One line per round on stdout. Exit status: 0 if every roun
 
 --seed S (default: from the clock, printed) names the campaign; round i's seed derives
 from S and i. --round-seed R runs that one round; --plan FILE runs a plan.json a finding
-holds (its shrunk schedule); --draw prints the plans without running anything.
+holds (its shrunk schedule); --draw prints the plans without running anything; --once
+runs each round once, with no replay and no shrinking (tests/chaos/: a known finding).
 Environment: KERNEL, VARIANT (as the make targets), CHAOS_DIR (OUT, default build/chaos).
 """
 
@@ -43,7 +44,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The suite's checkers (tests/ismcheck), a package beside the tests.
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+sys.path.insert(0, os.path.dirname(HERE))
 from ismcheck import kernel_reports  # noqa: E402
 from ismcheck import reuse_verdict  # noqa: E402
 
@@ -234,7 +235,7 @@ def judge(run_dir, plan, variant="stock"):
             bad("reuse", f"host {verdict}: {u}")
     status = _read(os.path.join(run_dir, "emulator.status"))
     if status is None:
-        bad("round", f"scripts/chaos-round.sh did not finish (its output: {run_dir}.log)")
+        bad("round", f"tests/chaos/chaos-round.sh did not finish (its output: {run_dir}.log)")
     elif "alive=0 stop=0" not in status:
         bad("emulator", f"emulator: {status.strip()}")
     refused = [l for l in (_read(os.path.join(run_dir, "fault-add.out")) or "").splitlines()
@@ -315,7 +316,7 @@ def finding(out, index, plan, run_dir, broke, confirmed, shrunk, shrunk_dir, tri
     line = (f"{fid}: {first}: {broke[first][0]} | round {index}, "
             f"{'confirmed on replay' if confirmed else 'NOT seen on replay (flaky)'}; "
             f"smallest ({tries} tries): {describe(shrunk)} | replay: {replay_command(plan)}"
-            f" or scripts/chaos.py --plan {os.path.join(fdir, 'plan.json')}")
+            f" or tests/chaos/chaos.py --plan {os.path.join(fdir, 'plan.json')}")
     with open(os.path.join(fdir, "finding.txt"), "w") as f:
         f.write(line + "\n" + json.dumps(broke, indent=1) + "\n")
     with open(os.path.join(out, "findings", "SUMMARY"), "a") as f:
@@ -391,9 +392,12 @@ def main(argv):
     ap.add_argument("--round-seed", type=int)
     ap.add_argument("--plan")
     ap.add_argument("--out", default=os.environ.get("CHAOS_DIR") or os.path.join(
-        os.environ.get("BUILD_DIR", os.path.join(HERE, "..", "build")), "chaos"))
+        os.environ.get("BUILD_DIR", os.path.join(HERE, "..", "..", "build")), "chaos"))
     ap.add_argument("--shrink-max", type=int, default=6)
     ap.add_argument("--draw", action="store_true")
+    ap.add_argument("--once", action="store_true",
+                    help="run each round once: no replay, no shrinking (a known finding's "
+                         "test, tests/chaos/)")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
@@ -425,6 +429,18 @@ def main(argv):
     if known:
         print(f"chaos: {len(known)} failure(s) already kept in {os.path.join(out, 'findings')}"
               " are listed, not replayed, when they come again", flush=True)
+    if args.once:
+        failed = 0
+        for index, plan in plans:
+            run_dir = os.path.join(out, "rounds", f"{index:03d}-{plan['seed']:08x}")
+            broke, secs = run_round(plan, run_dir)
+            print(round_line(index, plan, broke, secs), flush=True)
+            for inv in sorted(broke):
+                for msg in broke[inv]:
+                    print(f"  {inv}: {msg}", flush=True)
+            failed += bool(broke)
+        print(f"chaos: {len(plans) - failed} of {len(plans)} rounds held (run once, results in {out})")
+        return 1 if failed else 0
     failed = campaign(plans, out, args.shrink_max, known)
     print(f"chaos: {len(plans) - failed} of {len(plans)} rounds held"
           + (f"; findings: {os.path.join(out, 'findings', 'SUMMARY')}" if failed else ""))

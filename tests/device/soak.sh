@@ -2,7 +2,7 @@
 # Soak with real guests: one emulator process, guests that come and go, and the
 # emulator's own death. See docs/soak.md for what each scenario shows.
 #
-# Usage: scripts/soak.sh [SCENARIO...]      (default: kill-return many emu-death)
+# Usage: tests/device/soak.sh [SCENARIO...]      (default: kill-return many emu-death)
 #   kill-return  four guests on one emulator: guest "survivor" (10.0.0.1) serves; a
 #                victim (10.0.0.2) boots, runs an SMC-D echo against it, starts an endless
 #                stream and is SIGKILLed mid-stream, SOAK_ROUNDS times; a second pair
@@ -32,7 +32,7 @@
 # appended to SOAK_DIR/summary.txt; kill-return also one line per round
 # (SOAK_DIR/kill-return/rounds.txt), so an interrupted run still has its figures.
 # Exit status: 0 if every scenario passed.
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
 help_and_no_options "$@"

@@ -4,7 +4,7 @@
 # did is asserted from the guests' own reports (smctest's sock_diag CONN lines, phase exit
 # codes) and the emulator's event stream. docs/faults.md has the table of outcomes.
 #
-# Usage: scripts/faults.sh [SCENARIO...]
+# Usage: tests/fault/faults.sh [SCENARIO...]
 #   reg-dmb       the server's next 4 REG_DMBs fail: the first connection falls back to
 #                 TCP with the kernel's decline reason, its data intact; the second runs
 #                 SMC-D with a smaller RMB; the third is as before
@@ -27,7 +27,7 @@
 # stale reuse and foreign CDC message explained by a known bug the scenario reaches
 # (tests/ismcheck/reuse_verdict.py). Environment: KERNEL, VARIANT, FAULTS_DIR (logs, default build/faults),
 # GUEST_TIMEOUT, RESULTS_DIR / RESULTS_NAME (KTAP and JUnit, default faults-<kernel>).
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
 help_and_no_options "$@"
@@ -133,7 +133,10 @@ run_broken_stream() {   # SPEC
         --function ism1 --min-bytes "${STREAM_MIN_BYTES:-$((8 << 20))}" --timeout 180
     record_check stream_started $? "b's stream reached the device" \
         || { warn "$SCENARIO: the stream never started"; failures=1; pair_wait; return 1; }
-    fault add "$1" >"$RUN_DIR/fault-add.out" 2>&1
+    # FAULT_ALSO: one more rule added just before the scenario's (an experiment, not a
+    # scenario: the scenario's assertions assume its own rule alone).
+    [ -z "${FAULT_ALSO:-}" ] || fault add "$FAULT_ALSO" >>"$RUN_DIR/fault-add.out" 2>&1
+    fault add "$1" >>"$RUN_DIR/fault-add.out" 2>&1
     record_check fault_added $? "$(cat "$RUN_DIR/fault-add.out")" || failures=1
     # Both ends are watched at once; the guests' I/O timeout is 20 s.
     local start=$SECONDS g

@@ -6,12 +6,12 @@
 #     suite: the changed tree must rebuild incrementally (a new cache entry whose smc.ko
 #     carries the line, the clean tree's does not; a few objects recompiled, not the
 #     tree) and pass;
-#  3. its KTAP and JUnit files read back by real parsers (scripts/results-check.sh).
+#  3. its KTAP and JUnit files read back by real parsers (tests/host/results-check.sh).
 # The copy's object folder starts as the stock build's (same sources, same configuration),
 # with the paths kbuild recorded moved to the copy: a developer's tree has its objects
 # from its first build, and CI need not compile the line a second time.
 # Prints the times: first build, rebuild after the change, suite.
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 no_arguments "$@"
 
 line="${CI_TREE_LINE:-5.10}"
@@ -90,5 +90,5 @@ t0=$SECONDS
 "$REPO_ROOT/scripts/ci-smcd.sh" --kernel-src "$tree" --out "$out" \
     --topologies "${CI_TREE_TOPOLOGIES:-two crash}" --tests "${CI_TREE_TESTS:-echo seq}"
 suite=$((SECONDS - t0))
-KERNEL_SRC="$tree" RESULTS_DIR="$out/results" "$REPO_ROOT/scripts/results-check.sh"
+KERNEL_SRC="$tree" RESULTS_DIR="$out/results" "$REPO_ROOT/tests/host/results-check.sh"
 step "ci-smcd-check: passed; Linux $line tree: first build ${first} s ($first_objs objects compiled), rebuild after a one-line change ${rebuild} s ($rebuild_objs of $had_objs objects compiled), suite ${suite} s"

@@ -7,7 +7,7 @@
 #   - qemu-configs/run-guest.sh's exit status: 3 when the guest's /init reported
 #     RESULT FAIL, 0 on RESULT PASS, QEMU's own status, 124 on its timeout; shown with a
 #     stand-in for QEMU (--qemu) that writes a console and exits as told, so no guest
-#     boots here (a real guest's RESULT FAIL and status 3: scripts/e2e.sh's crash
+#     boots here (a real guest's RESULT FAIL and status 3: tests/smcd/e2e.sh's crash
 #     topology, check survivor_alive);
 #   - an unknown KERNEL gets the one message of `make kernel`, wherever it is used;
 #   - the two-guest verdict line of `make demo` (pair_verdict) on made-up logs;
@@ -16,8 +16,8 @@
 # Needs nothing built. Prints one line per check ("ok - ..." / "not ok - ...") and
 # "N passed, M failed"; exit status 0 if all passed.
 #
-# Usage: scripts/cli-check.sh    (make cli-check)
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Usage: tests/host/cli-check.sh    (make cli-check)
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 no_arguments "$@"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/ism-cli-check.XXXXXX")"
@@ -58,7 +58,7 @@ while IFS= read -r f; do
         scripts/lib.sh|scripts/config.sh|scripts/topology.sh|guest-tests/kernel-build.sh) ;;
         *) scripts+=("$f") ;;
     esac
-done < <(find scripts qemu-configs guest-tests -name '*.sh' -perm -u+x -not -path '*/progs/*' | LC_ALL=C sort)
+done < <(find scripts tests qemu-configs guest-tests -name '*.sh' -perm -u+x -not -path '*/progs/*' | LC_ALL=C sort)
 [ ${#scripts[@]} -ge 20 ] && ok "found ${#scripts[@]} scripts to ask for --help" \
     || not_ok "found only ${#scripts[@]} scripts (expected 20 or more)"
 for f in "${scripts[@]}"; do
@@ -78,28 +78,28 @@ done
 
 # ---- usage errors come before anything is done --------------------------------------------
 mkdir -p "$WORK/e2e"
-run env BUILD_DIR="$WORK/build" E2E_DIR="$WORK/e2e" scripts/e2e.sh two bogus
+run env BUILD_DIR="$WORK/build" E2E_DIR="$WORK/e2e" tests/smcd/e2e.sh two bogus
 expect_rc 2 "e2e.sh two bogus: an unknown topology"
 expect_in err "unknown topology 'bogus'" "e2e.sh names the unknown topology"
 [ -z "$(ls -A "$WORK/e2e")" ] && ok "e2e.sh ran no topology before refusing the bad one" \
     || not_ok "e2e.sh left $(ls "$WORK/e2e") before refusing 'bogus'"
 
-run env BUILD_DIR="$WORK/build" FAULTS_DIR="$WORK/faults" scripts/faults.sh reg-dmb slwo
+run env BUILD_DIR="$WORK/build" FAULTS_DIR="$WORK/faults" tests/fault/faults.sh reg-dmb slwo
 expect_rc 2 "faults.sh reg-dmb slwo: an unknown scenario"
 expect_in err "unknown scenario 'slwo'" "faults.sh names the unknown scenario"
 [ ! -e "$WORK/faults" ] && ok "faults.sh ran nothing (not reg-dmb) before refusing slwo" \
     || not_ok "faults.sh started: $(ls "$WORK/faults")"
 
-run env BUILD_DIR="$WORK/build" TOPO_DIR="$WORK/topologies" scripts/topologies.sh chid-one chid-all
+run env BUILD_DIR="$WORK/build" TOPO_DIR="$WORK/topologies" tests/topology/topologies.sh chid-one chid-all
 expect_rc 2 "topologies.sh chid-one chid-all: an unknown case"
 expect_in err "unknown case 'chid-all'" "topologies.sh names the unknown case"
 [ ! -e "$WORK/topologies" ] && ok "topologies.sh ran no case before refusing chid-all" \
     || not_ok "topologies.sh created $WORK/topologies before refusing chid-all"
 
-run env BUILD_DIR="$WORK/build" MATRIX_DIR="$WORK/matrix" scripts/matrix.sh 6.12 9.9
+run env BUILD_DIR="$WORK/build" MATRIX_DIR="$WORK/matrix" tests/smcd/matrix.sh 6.12 9.9
 expect_rc 2 "matrix.sh 6.12 9.9: an unknown kernel line"
 [ ! -e "$WORK/matrix" ] && ok "matrix.sh ran no line before refusing 9.9" || not_ok "matrix.sh created $WORK/matrix"
-run env BUILD_DIR="$WORK/build" SOAK_DIR="$WORK/soak" scripts/soak.sh many bogus
+run env BUILD_DIR="$WORK/build" SOAK_DIR="$WORK/soak" tests/device/soak.sh many bogus
 expect_rc 2 "soak.sh many bogus: an unknown scenario"
 run env BUILD_DIR="$WORK/build" BENCH_DIR="$WORK/bench" scripts/bench-guests.sh waited bogus
 expect_rc 2 "bench-guests.sh waited bogus: an unknown mode"
@@ -143,7 +143,7 @@ want="$(grep -m1 '^error: ' "$WORK/err")"
 expect_in err "known: 5\.10, 6\.1, 6\.12, 7\.2, 7\.3" "the message names the lines (from KERNEL_LINES)"
 run make --no-print-directory kernel KERNEL=9.9
 if grep -qxF -- "$want" "$WORK/err"; then ok "make kernel KERNEL=9.9 gives that message"; else not_ok "make kernel KERNEL=9.9: $(head -c 300 "$WORK/err")"; fi
-for cmd in qemu-configs/run-guest.sh scripts/e2e.sh scripts/faults.sh scripts/bench-guests.sh; do
+for cmd in qemu-configs/run-guest.sh tests/smcd/e2e.sh tests/fault/faults.sh scripts/bench-guests.sh; do
     run env KERNEL=9.9 BUILD_DIR="$WORK/build" E2E_DIR="$WORK/e2e" FAULTS_DIR="$WORK/faults" "$cmd"
     if [ "$rc" -eq 1 ] && grep -qxF -- "$want" "$WORK/err" && ! grep -q 'make images' "$WORK/err"; then
         ok "KERNEL=9.9 $cmd: the same message, no 'make images'"
@@ -209,7 +209,7 @@ run qemu-configs/run-guest.sh --help
 expect_in out '^  3 +QEMU exited normally, but the guest.s /init reported' "run-guest.sh --help documents status 3"
 expect_in out '^  2 +a usage error' "run-guest.sh --help documents status 2"
 # The real guest's side: e2e.sh's crash topology needs status 3 from its survivor.
-grep -qF '[ "$rc" -eq 3 ]' scripts/e2e.sh && ok "e2e.sh's crash topology checks status 3 on a real guest's RESULT FAIL" \
+grep -qF '[ "$rc" -eq 3 ]' tests/smcd/e2e.sh && ok "e2e.sh's crash topology checks status 3 on a real guest's RESULT FAIL" \
     || not_ok "e2e.sh's crash topology no longer checks run-guest.sh's status 3"
 
 # ---- make demo's last line ------------------------------------------------------------------

@@ -6,8 +6,8 @@
 # scripts drift apart, this fails. First it checks README's length (150 lines at most)
 # and README's and docs/'s links.
 #
-# Usage: scripts/readme-check.sh          (make readme-check; needs make images emulator)
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Usage: tests/host/readme-check.sh          (make readme-check; needs make images emulator)
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 no_arguments "$@"
 
 README="${README:-$REPO_ROOT/README.md}"

@@ -5,8 +5,8 @@
 # a kernel tree the kernel step unpacked), JUnit through junitparser (PyPI, in a venv in
 # the cache). So a CI system that reads either format sees the suite's real verdicts.
 #
-# Usage: scripts/results-check.sh    (make results-check; RESULTS_DIR: another folder)
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Usage: tests/host/results-check.sh    (make results-check; RESULTS_DIR: another folder)
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 no_arguments "$@"
 
 need_packages results

@@ -4,8 +4,8 @@
 # reads its answer off the screen, types `exit`, and checks that the guest powered off,
 # `make shell` ended and the host's observer saw the connection.
 #
-# Usage: scripts/shell-check.sh      (make shell-check; needs make images emulator)
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Usage: tests/host/shell-check.sh      (make shell-check; needs make images emulator)
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 no_arguments "$@"
 
 need_packages shell-check

@@ -33,7 +33,7 @@
 # end). See docs/ci.md.
 # Exit status: 0 passed; 1 a check failed (or a build step); 2 the QEMU cannot do it
 # (no virtio-9p-ccw, zpci or vfio-user-pci).
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 no_arguments "$@"
 
@@ -112,7 +112,7 @@ build_kernel() {
     step "kernel config: allnoconfig of $tree + vng's options (${#VNG_KCONFIG[@]}) + the project's fragments"
     make -s -C "$tree" O="$VNG_DIR/allno" ARCH=s390 CROSS_COMPILE=s390x-linux-gnu- allnoconfig >/dev/null \
         || die "make allnoconfig failed in $tree"
-    { cat "$VNG_DIR/allno/.config"; echo "# virtme-ng (scripts/vng-check.sh VNG_KCONFIG)"
+    { cat "$VNG_DIR/allno/.config"; echo "# virtme-ng (tests/host/vng-check.sh VNG_KCONFIG)"
       printf '%s\n' "${VNG_KCONFIG[@]}"; } >"$base"
     t0=$SECONDS
     BUILD_DIR="$VNG_DIR/kbuild" KERNEL=custom KERNEL_SRC="$tree" KERNEL_CONFIG="$base" \
@@ -141,7 +141,7 @@ deb_of() {   # deb_of SUITE PKG VERSION: the s390x .deb in the cache, downloaded
     f="$dir/${2}_${3#*:}_s390x.deb"
     if [ ! -f "$f" ]; then
         rm -rf "$dir/dl"
-        papt_download "$1" s390x "$2" "$3" "$dir/dl" "scripts/vng-check.sh" >&2
+        papt_download "$1" s390x "$2" "$3" "$dir/dl" "tests/host/vng-check.sh" >&2
         mv "$dir"/dl/"${2}"_*_s390x.deb "$f"; rm -rf "$dir/dl"
     fi
     printf '%s\n' "$f"
@@ -186,7 +186,7 @@ printf 'root:x:0:\ntty:x:5:\n' >"$ROOT/etc/group"
 # This root has no udev: a stand-in "udevd" makes those links (and udevadm does nothing).
 cat >"$ROOT/sbin/udevd" <<'EOF'
 #!/bin/sh
-# Stand-in for udevd (scripts/vng-check.sh): /dev/virtio-ports/NAME -> /dev/vportXpY.
+# Stand-in for udevd (tests/host/vng-check.sh): /dev/virtio-ports/NAME -> /dev/vportXpY.
 mkdir -p /dev/virtio-ports
 i=0
 while [ $i -lt 50 ]; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One run of a `make topologies` case (scripts/topologies.sh), held to what the kernel's
+"""One run of a `make topologies` case (tests/topology/topologies.sh), held to what the kernel's
 code decides, in one line: the case, its verdict (as expected / NOT as expected), the SMC
 version, the CHIDs offered and accepted, the mode and the decline reason if any.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end suite: unmodified guest kernels run SMC-D over the emulated ISM device.
 #
-# Usage: scripts/e2e.sh [TOPOLOGY...]      (default: two self crash api v1 vlan)
+# Usage: tests/smcd/e2e.sh [TOPOLOGY...]      (default: two self crash api v1 vlan)
 #   two    two guests, one emulator process: guest a (10.0.0.1) serves, guest b
 #          (10.0.0.2) connects; the TCP handshake crosses a QEMU socket netdev
 #   self   one guest talking to itself through its own ISM function
@@ -28,7 +28,7 @@
 # per smctest's sock_diag query in the guest); the emulator saw the traffic; its DMB
 # observations match what the kernel variant does (tests/ismcheck/check_e2e.py); it shut down
 # cleanly. Logs of every run stay in E2E_DIR.
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
 help_and_no_options "$@"

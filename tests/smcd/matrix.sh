@@ -7,14 +7,14 @@
 # the host (6.18+). Each run is checked by tests/ismcheck/check_e2e.py against what its kernel
 # version should do (v5.17+: zeroing at release; older: at hand-out; 6.18+: dibs).
 #
-# Usage: scripts/matrix.sh [LINE...]     (default: every line in KERNEL_LINES)
-#        scripts/matrix.sh --others      every line `make test` covers (TEST_LINES: all
+# Usage: tests/smcd/matrix.sh [LINE...]     (default: every line in KERNEL_LINES)
+#        tests/smcd/matrix.sh --others      every line `make test` covers (TEST_LINES: all
 #                                        but 7.2) except the default one ($KERNEL),
 #                                        which `make test` covers with the full suite
 # Environment: TESTS (default seq), MATRIX_DIR (logs, default build/matrix).
 # Needs `make images-all emulator` (--others: `make images-test emulator`). Exit status 1
 # if any line failed.
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 lines=("$@")
 if [ "${lines[*]}" = --others ]; then
@@ -36,9 +36,9 @@ for k in "${lines[@]}"; do
     step "matrix: kernel line $k, two guests, tests: $TESTS"
     rm -f "$MATRIX_DIR/two-$k/result.json"
     # One e2e run per line, in its own process (it installs its own EXIT trap).
-    KERNEL="$k" VARIANT=stock E2E_DIR="$MATRIX_DIR" "$REPO_ROOT/scripts/e2e.sh" two \
+    KERNEL="$k" VARIANT=stock E2E_DIR="$MATRIX_DIR" "$REPO_ROOT/tests/smcd/e2e.sh" two \
         >"$MATRIX_DIR/$k.log" 2>&1 && rc=0 || rc=$?
     [ "$rc" -eq 0 ] || { warn "matrix: line $k failed; its last lines (whole log: $MATRIX_DIR/$k.log):"; tail -n 25 "$MATRIX_DIR/$k.log" >&2; }
     results+=("$k=$rc=$MATRIX_DIR/two-$k/result.json")
 done
-python3 "$REPO_ROOT/scripts/matrix_table.py" "${results[@]}"
+python3 "$REPO_ROOT/tests/smcd/matrix_table.py" "${results[@]}"

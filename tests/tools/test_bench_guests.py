@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tests of scripts/bench_guests.py's parsers and verdict (make unit), on output captured
 from a real `BENCH_BYTES=8M BENCH_REPEAT=1 BENCH_ROUNDS=100 make bench-guests` run
-(scripts/testdata/bench-run: the client's console from stockbench's PARAM line on, the
+(tests/tools/testdata/bench-run: the client's console from stockbench's PARAM line on, the
 watcher's phases.json and meta.json; 2026-12-03, kernel 6.12, 2 vCPUs, waited moves)."""
 
 import contextlib
@@ -15,7 +15,7 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import bench_guests as bg  # noqa: E402
 
 RUN = os.path.join(HERE, "testdata", "bench-run")

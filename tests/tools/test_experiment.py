@@ -11,7 +11,7 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXP = os.path.join(HERE, "experiment.py")
+EXP = os.path.join(HERE, "..", "..", "scripts", "experiment.py")
 CONNS, ROUNDS = 4, 3
 
 

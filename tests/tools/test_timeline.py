@@ -2,7 +2,7 @@
 """The timeline export against the trace-event format (make unit, under Debian's python3
 with python3-jsonschema and python3-matplotlib: need_packages timeline).
 
-The input is a real event stream: scripts/testdata/demo-events.jsonl, recorded by
+The input is a real event stream: tests/tools/testdata/demo-events.jsonl, recorded by
 `make demo` (`serve --events`). `ism-emu observe timeline --from` turns it into a
 trace-event document, which must
 - validate against scripts/trace-event.schema.json (the format's required fields per
@@ -25,9 +25,10 @@ from collections import Counter, defaultdict
 import jsonschema
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SCRIPTS = os.path.join(ROOT, "scripts")
 FIXTURE = os.path.join(HERE, "testdata", "demo-events.jsonl")
-SCHEMA = os.path.join(HERE, "trace-event.schema.json")
+SCHEMA = os.path.join(SCRIPTS, "trace-event.schema.json")
 BIN = os.environ.get("ISM_EMU", os.path.join(ROOT, "target", "debug", "ism-emu"))
 
 
@@ -231,7 +232,7 @@ class Export(unittest.TestCase):
     def test_the_picture_renders(self):
         png = os.path.join(self.tmp.name, "timeline.png")
         svg = os.path.join(self.tmp.name, "timeline.svg")
-        subprocess.run([sys.executable, os.path.join(HERE, "timeline.py"), self.path, "--out", png, "--out", svg],
+        subprocess.run([sys.executable, os.path.join(SCRIPTS, "timeline.py"), self.path, "--out", png, "--out", svg],
                        check=True, capture_output=True)
         with open(png, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")

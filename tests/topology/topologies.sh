@@ -4,7 +4,7 @@
 # and the decline reason if any. Each case's expectation comes from the kernel's code
 # (tests/ismcheck/check_topology.py names the functions; docs/testing.md, "make topologies").
 #
-# Usage: scripts/topologies.sh [CASE...]   (default: every case)
+# Usage: tests/topology/topologies.sh [CASE...]   (default: every case)
 #   v1         SMC-Dv1: NIC and ISM function share a PNET ID (e2e.sh's topology v1)
 #   vlan       the same over an 802.1Q interface (e2e.sh's topology vlan)
 #   chid-both  two emulators (CHIDs A and B); guests a and b each have a function on
@@ -39,7 +39,7 @@
 # TOPO_DIR (logs, default build/topologies), GUEST_TIMEOUT (s, default 600),
 # TOPO_PRINT_LINES=1 (print the other kernels the cases need, LINE:VARIANT, run nothing).
 # Exit status: 0 if every case was as expected, 1 if not, 2 on a usage error.
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
 ALL_CASES=(v1 vlan chid-both chid-one chid-none mixed-510-73 mixed-73-510 mixed-61-612 mixed-612-61 mixed-612-73

@@ -1,7 +1,7 @@
 //! The subset of the Chrome trace-event format the timeline writes: the JSON object form
 //! with complete (`X`), instant (`i`), counter (`C`) and metadata (`M`) events, which
 //! Perfetto's UI and chrome://tracing both open. `scripts/trace-event.schema.json` is
-//! the same subset as a JSON Schema; `scripts/test_timeline.py` holds exports to it.
+//! the same subset as a JSON Schema; `tests/tools/test_timeline.py` holds exports to it.
 
 use std::io::Write;
 
