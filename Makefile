@@ -261,14 +261,15 @@ bug-livelock: qemu emulator ## the net/smc rx livelock: stock wedges (the known 
 	$(call bug_check,$(BUG_LINES),bug/001 bug/002)
 
 # An aborted SMC-D connection's last CDC message in a reused DMB (docs/known-bugs.md,
-# section 3; guest-tests/kernel/patches/lateabort-fix): make faults' late-write and
-# move-reject scenarios on each line of LATEABORT_LINES (6.12 and 7.3: the patch applies
-# to both), stock (the bug shows: late-write's new connection reads bytes never sent, the
-# host's verdict CROSSED, explained) and with VARIANT=lateabort-fix (refused by the
-# device: every verdict CLEAN or no reuse).
+# section 3; guest-tests/kernel/patches/lateabort-fix): make faults' late-write,
+# late-data and move-reject scenarios on each line of LATEABORT_LINES (6.12 and 7.3: the
+# patch applies to both), stock (the bug shows: late-write's new connection reads bytes
+# never sent, the host's verdict CROSSED, explained; late-data's sender moves data into
+# the released DMB) and with VARIANT=lateabort-fix (refused by the device: every verdict
+# CLEAN or no reuse).
 LATEABORT_LINES ?= 6.12 7.3
 bug-lateabort: qemu emulator ## an aborted connection's last CDC in a reused DMB: stock crosses it, lateabort-fix refuses it
-	$(call bug_check,$(LATEABORT_LINES),fault/003 fault/002 fault/008 fault/009)
+	$(call bug_check,$(LATEABORT_LINES),fault/003 fault/010 fault/002 fault/008 fault/011 fault/009)
 
 # The known net/smc CHID-0 accept bug (upstream 277740023def; docs/known-bugs.md), with a
 # crafted peer (5.10 VARIANT=chid0-peer answers SMC-Dv2 with CHID 0): the client on stock

@@ -11,12 +11,13 @@ UNKNOWN: an unchecked reuse is never clean); 2 on a usage error.
 Exceptions (each a known kernel bug, docs/known-bugs.md):
   late-cdc  an aborted connection's peer writes after the owner released the DMB: a
             last CDC message, and data it was still sending ("An aborted connection's
-            last CDC message"). It explains a stale reuse when the DMB's last late
-            write before it came after the owner had zeroed it and the old
-            connection's late writes carried at least as many bytes as were found
-            stale (every stale byte can be one of them; a late CDC message alone: at
-            most 32 bytes from offset 0); and a foreign CDC message that carries the
-            abort or closed flag (an old connection's close).
+            last CDC message"). It explains a stale reuse when the old connection
+            wrote into the DMB after the owner had zeroed it (late writes the host saw
+            after the zeroing, before the reuse) and those writes carried at least as
+            many bytes, together, as were found stale (every stale byte can be one of
+            them; a late CDC message alone: at most 32 bytes from offset 0); and a
+            foreign CDC message that carries the abort or closed flag (an old
+            connection's close).
   late-data a connection that closed with data it could not send sends it later,
             with a CDC message that still carries its close, into the peer's DMB that
             a new connection took ("data a connection still had to send after its
@@ -44,28 +45,36 @@ def late_data(line):
 
 def judge(lines, allowed):
     """(verdict, explained, unexplained): counts and texts for one run's events."""
-    late_after_zero = {}  # token -> (the last late write came after the zeroing, its bytes)
+    # token -> (a late write came after the DMB's zeroing, the data bytes of every late
+    # write after it, until the DMB's next reuse): what that reuse may hold of them. Each
+    # late_write line is one batch of moves, and a connection that sends on after its
+    # peer's abort writes several (a chunk at a time, then its CDC message, 0 data bytes):
+    # the bytes add up, the last batch alone says nothing of the ones before it.
+    late_after_zero = {}
     reuses = stale = unchecked = crossed = 0
     explained, unexplained = [], []
     for line in lines:
         kind, token = line.get("kind"), line.get("token")
         where = f"{line.get('function')} DMB {token}"
         if kind == "late_write":
-            late_after_zero[token] = (bool(line.get("after_zeroed")), int(line.get("bytes") or 0))
+            if line.get("after_zeroed"):
+                _, total = late_after_zero.get(token, (False, 0))
+                late_after_zero[token] = (True, total + int(line.get("bytes") or 0))
         elif kind == "dmb_reused":
             reuses += 1
+            # what the old connection wrote after the zeroing, up to this reuse
+            after_zero, late_bytes = late_after_zero.pop(token, (False, 0))
             if line.get("clean") is None:
                 unchecked += 1
                 unexplained.append(f"{where} conn {line.get('conn')}: unchecked ({line.get('unknown')})")
             elif line.get("clean") is False:
                 stale += 1
                 what = f"{where} conn {line.get('conn')}: {line.get('stale_bytes')} stale bytes"
-                after_zero, late_bytes = late_after_zero.get(token, (False, 0))
                 n = line.get("stale_bytes", 0)
                 in_cdc_area = line.get("first_stale_offset") == 0 and n <= CDC_LEN
                 if "late-cdc" in allowed and after_zero and (in_cdc_area or n <= late_bytes):
                     why = ("a late CDC message" if in_cdc_area
-                           else f"the old connection's late writes ({late_bytes} bytes, the last after the zeroing)")
+                           else f"the old connection's late writes ({late_bytes} bytes after the zeroing)")
                     explained.append(f"{what}, {why} (known bug late-cdc)")
                 else:
                     unexplained.append(what)

@@ -103,6 +103,37 @@ class Rules(unittest.TestCase):
             self.assertEqual(len(reuse_verdict.judge(lines, {"late-cdc"})[3]), 1, lines)
             self.assertEqual(len(reuse_verdict.judge(lines, set())[3]), 1, lines)
 
+    def test_late_writes_after_the_zeroing_add_up(self):
+        # make faults' late-data on stock 6.12 (2026-12-06): the sender's 4 KiB chunks,
+        # each a late_write line of its own, land in the zeroed DMB one after another; the
+        # next connection finds far more stale bytes than any one of them carried.
+        lines = events("late-data-6.12.events.jsonl")
+        verdict, _, explained, unexplained = reuse_verdict.judge(lines, {"late-cdc"})
+        self.assertEqual(unexplained, [])
+        self.assertEqual(verdict, "STALE")
+        self.assertIn("late writes (16384 bytes after the zeroing)", explained[0])
+        self.assertEqual(len(reuse_verdict.judge(lines, set())[3]), 1)
+
+    def test_a_late_cdc_after_late_data_keeps_the_data_counted(self):
+        # move-reject's one unexplained verdict (6.12 stock, issue 51): 2656 stale bytes.
+        # The sender's late data, then its late CDC message (0 data bytes): the checker
+        # kept only the last late write's bytes, 0, and could not explain the data.
+        lines = [late(True, nbytes=2656), late(True), reused(2, 2656)]
+        _, _, explained, unexplained = reuse_verdict.judge(lines, {"late-cdc"})
+        self.assertEqual((len(explained), unexplained), (1, []))
+        self.assertIn("late writes (2656 bytes after the zeroing)", explained[0])
+        # more stale bytes than all of them carried, or writes before the zeroing: no
+        for lines in ([late(True, nbytes=2000), late(True, nbytes=600), reused(2, 2656)],
+                      [late(False, nbytes=2656), late(True), reused(2, 2656)]):
+            self.assertEqual(len(reuse_verdict.judge(lines, {"late-cdc"})[3]), 1, lines)
+
+    def test_a_reuse_takes_the_late_writes_before_it_only(self):
+        # what the old connection wrote before the DMB's reuse says nothing of the reuse
+        # after the next zeroing
+        lines = [late(True, nbytes=4096), reused(2, 4000), late(True), reused(3, 4000)]
+        _, _, explained, unexplained = reuse_verdict.judge(lines, {"late-cdc"})
+        self.assertEqual((len(explained), len(unexplained)), (1, 1))
+
     def test_a_late_write_into_another_dmb_explains_nothing(self):
         lines = [late(True, token="0x2"), reused(2, 7, token="0x1")]
         self.assertEqual(len(reuse_verdict.judge(lines, {"late-cdc"})[3]), 1)
