@@ -342,6 +342,10 @@ def known_findings(out):
     return known
 
 
+def round_dir(out, index, plan):
+    return os.path.join(out, "rounds", f"{index:03d}-{plan['seed']:08x}")
+
+
 def campaign(plans, out, shrink_max, known=None):
     failed = 0
     # A failure already kept as a finding (in this run, or in OUT by an earlier part of
@@ -349,7 +353,7 @@ def campaign(plans, out, shrink_max, known=None):
     # rounds would spend the campaign on itself): its round is listed under the finding.
     known = dict(known or {})
     for index, plan in plans:
-        run_dir = os.path.join(out, "rounds", f"{index:03d}-{plan['seed']:08x}")
+        run_dir = round_dir(out, index, plan)
         broke, secs = run_round(plan, run_dir)
         print(round_line(index, plan, broke, secs), flush=True)
         if not broke:
@@ -432,7 +436,7 @@ def main(argv):
     if args.once:
         failed = 0
         for index, plan in plans:
-            run_dir = os.path.join(out, "rounds", f"{index:03d}-{plan['seed']:08x}")
+            run_dir = round_dir(out, index, plan)
             broke, secs = run_round(plan, run_dir)
             print(round_line(index, plan, broke, secs), flush=True)
             for inv in sorted(broke):
