@@ -200,11 +200,12 @@ evidence() {
                 while read -r _ k v; do
                     [ "${k%%:*}" = "$line" ] || continue
                     # The kernels without the fix (stock, debug, a test-only window on
-                    # debug) against the fix's own variants (debug-closeuaf-window-fix
-                    # too); another test-only variant (rxabort-kill) is neither.
+                    # debug, or its form for an older line: debug-closeuaf-window-61)
+                    # against the fix's own variants (debug-closeuaf-window-fix too);
+                    # another test-only variant (rxabort-kill) is neither.
                     case "${k#*:}" in
                         *-fix | *-rfc) nf=$((nf + 1)); [ "${v%% *}" = FIXED ] && fixed=$((fixed + 1)) ;;
-                        stock | debug | *-window) nb=$((nb + 1)); [ "${v%% *}" = BUG ] && bug=$((bug + 1)) ;;
+                        stock | debug | *-window | *-window-[0-9]*) nb=$((nb + 1)); [ "${v%% *}" = BUG ] && bug=$((bug + 1)) ;;
                     esac
                 done < <(sed -E 's/^([^ ]+) ([^ ]+) run [0-9]+\/[0-9]+: /\1 \2 /' "$BUILD_DIR/$script/verdicts.txt")
                 ;;
