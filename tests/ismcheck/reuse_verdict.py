@@ -45,8 +45,9 @@ def late_data(line):
 
 def judge(lines, allowed):
     """(verdict, explained, unexplained): counts and texts for one run's events."""
-    # token -> (a late write came after the DMB's zeroing, the data bytes of every late
-    # write after it, until the DMB's next reuse): what that reuse may hold of them. Each
+    # token -> the data bytes of every late write after the DMB's zeroing, until its next
+    # reuse (present: at least one such write, if only a CDC message of 0 data bytes):
+    # what that reuse may hold of them. Each
     # late_write line is one batch of moves, and a connection that sends on after its
     # peer's abort writes several (a chunk at a time, then its CDC message, 0 data bytes):
     # the bytes add up, the last batch alone says nothing of the ones before it.
@@ -58,12 +59,12 @@ def judge(lines, allowed):
         where = f"{line.get('function')} DMB {token}"
         if kind == "late_write":
             if line.get("after_zeroed"):
-                _, total = late_after_zero.get(token, (False, 0))
-                late_after_zero[token] = (True, total + int(line.get("bytes") or 0))
+                late_after_zero[token] = late_after_zero.get(token, 0) + int(line.get("bytes") or 0)
         elif kind == "dmb_reused":
             reuses += 1
             # what the old connection wrote after the zeroing, up to this reuse
-            after_zero, late_bytes = late_after_zero.pop(token, (False, 0))
+            late_bytes = late_after_zero.pop(token, None)
+            after_zero = late_bytes is not None
             if line.get("clean") is None:
                 unchecked += 1
                 unexplained.append(f"{where} conn {line.get('conn')}: unchecked ({line.get('unknown')})")
