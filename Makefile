@@ -24,7 +24,7 @@ CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ism-emu
 BUILD_DIR ?= $(CURDIR)/build
 export CACHE_DIR BUILD_DIR
 
-.PHONY: all deps images images-all images-test qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
+.PHONY: all deps images images-all images-test sources qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
 	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown bug-closeuaf upstream hops coverage chaos lint clean \
@@ -53,6 +53,14 @@ images-all: qemu ## QEMU and every kernel line's kernel and initramfs
 	done
 
 # The same for the lines `make test` covers (TEST_LINES in scripts/config.sh: all but 7.2).
+# Every line make test covers, its Debian source downloaded and unpacked into the cache,
+# nothing built: what the kernel builds fetch (each line's own Debian release), checked
+# without their compile time (CI's fresh root, which compiles the default line only).
+sources: ## the Debian kernel source of every line make test covers, downloaded and unpacked (nothing built)
+	source scripts/config.sh && for k in $$TEST_LINES; do \
+		KERNEL_UNPACK_ONLY=1 $(MAKE) --no-print-directory kernel KERNEL=$$k VARIANT=stock || exit 1; \
+	done
+
 images-test: qemu ## QEMU and the kernel and initramfs of every line make test covers
 	source scripts/config.sh && for k in $$TEST_LINES; do \
 		$(MAKE) --no-print-directory kernel initramfs KERNEL=$$k VARIANT=stock || exit 1; \

@@ -20,6 +20,10 @@ lines=("$@")
 if [ "${lines[*]}" = --others ]; then
     lines=()
     for k in $TEST_LINES; do [ "$k" = "$KERNEL" ] || lines+=("$k"); done
+    if [ ${#lines[@]} -eq 0 ]; then
+        step "matrix: TEST_LINES ($TEST_LINES) has no line but $KERNEL: nothing to run"
+        exit 0
+    fi
 else
     help_and_no_options "$@"
     [ ${#lines[@]} -gt 0 ] || read -r -a lines <<<"$KERNEL_LINES"
