@@ -2,7 +2,7 @@
 #
 #   make demo    build what is missing, boot two guests over the emulated ISM,
 #                show the host's view
-#   make test    unit + integration tests, the end-to-end suite, the matrix on the other lines
+#   make test    unit + integration tests, then ./check -g ci: end to end, faults, topologies, every line
 #   make matrix  the two-guest suite on every kernel line (5.10, 6.1, 6.12, 7.2, 7.3), one table
 #   make help    every target, one line each (the `## ` text on each target's line)
 #
@@ -159,10 +159,16 @@ results-check: kernel ## the KTAP and JUnit reports read back by real parsers
 readme-check: images emulator ## README's tested command blocks, run as written
 	tests/host/readme-check.sh
 
-# make test's topologies: v1 and vlan run in make e2e already; loopback needs its own
-# kernel variant, built on top of the fresh-root check's time: .ci/run runs it on the host.
-test: TOPO_CASES = chid-both chid-one chid-none mixed-510-73 mixed-73-510 mixed-61-612 mixed-612-61 mixed-612-73
-test: lint unit cli-check qemu-smoke qemu-sigp e2e topologies faults e2e-variants e2e-matrix results-check shell-check readme-check ## lint, unit, cli-check, qemu-smoke, qemu-sigp, e2e, topologies, faults, variants, matrix, results, shell, README (CI's)
+# CI's command: the host checks, then ./check -g ci (make check-images first builds what
+# its tests need, each kernel once): the end-to-end topologies, the negative controls, the
+# QEMU checks, the CHID and mixed-line topologies, the fault scenarios and the two-guest
+# suite on every other line of TEST_LINES; then the results' and README's checks. With
+# TEST_LINES the default line alone (CI's fresh root), the tests that boot another line
+# (group lines) are left out.
+test: lint unit cli-check qemu emulator ## lint, unit, cli-check, then ./check -g ci (every line of TEST_LINES), results, shell, README (CI's)
+	args="-g ci"; source scripts/config.sh; [ "$$TEST_LINES" != "$$DEFAULT_KERNEL" ] || args="$$args -x lines"; \
+		$(MAKE) --no-print-directory check-images CHECK_ARGS="$$args" && ./check $(CHECK_FLAGS) $$args
+	$(MAKE) --no-print-directory results-check shell-check readme-check
 
 # What a selection of tests needs built (./check --needs CHECK_ARGS: the kernels of each
 # LINE:VARIANT, the sanitizer QEMU), each once, cached: what a CI job runs before
