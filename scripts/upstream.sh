@@ -78,15 +78,25 @@ line_source() {
 }
 
 # conf FIX: loads the fix's upstream.conf (STANDING, PREFIX, LINES, SCENARIO, EVIDENCE,
-# RECORDED, NOTES).
+# RECORDED, NOTES; BACKPORTS: LINE:VARIANT of a line whose code needs the fix in another
+# form, that variant's own patches).
 conf() {
-    STANDING="" PREFIX="PATCH net" LINES="" SCENARIO="" EVIDENCE="" RECORDED="" NOTES=""
+    STANDING="" PREFIX="PATCH net" LINES="" SCENARIO="" EVIDENCE="" RECORDED="" NOTES="" BACKPORTS=""
     # shellcheck disable=SC1090
     source "$PATCHES_DIR/$1/upstream.conf"
     [ -n "$STANDING" ] && [ -n "$LINES" ] && [ -n "$EVIDENCE" ] || die "$1/upstream.conf: STANDING, LINES and EVIDENCE are required"
 }
 
 fix_patches() { find "$PATCHES_DIR/$1" -maxdepth 1 -name '*.patch' | LC_ALL=C sort; }
+
+# backport LINE: the variant of the fix's backport to LINE (BACKPORTS), or nothing.
+backport() {
+    local b
+    for b in $BACKPORTS; do [ "${b%%:*}" != "$1" ] || { echo "${b#*:}"; return; }; done
+}
+
+# fix_variant LINE: the variant that carries the fix on LINE: its backport there, or FIX.
+fix_variant() { local v; v="$(backport "$1")"; echo "${v:-$FIX}"; }
 
 # touched PATCH...: the files the patches change.
 touched() { sed -n 's|^+++ b/||p' "$@" | LC_ALL=C sort -u; }
@@ -204,7 +214,7 @@ evidence() {
                     # against the fix's own variants (debug-closeuaf-window-fix too);
                     # another test-only variant (rxabort-kill) is neither.
                     case "${k#*:}" in
-                        *-fix | *-rfc) nf=$((nf + 1)); [ "${v%% *}" = FIXED ] && fixed=$((fixed + 1)) ;;
+                        *-fix | *-rfc | *-fix-[0-9]*) nf=$((nf + 1)); [ "${v%% *}" = FIXED ] && fixed=$((fixed + 1)) ;;
                         stock | debug | *-window | *-window-[0-9]*) nb=$((nb + 1)); [ "${v%% *}" = BUG ] && bug=$((bug + 1)) ;;
                     esac
                 done < <(sed -E 's/^([^ ]+) ([^ ]+) run [0-9]+\/[0-9]+: /\1 \2 /' "$BUILD_DIR/$script/verdicts.txt")
@@ -216,7 +226,7 @@ evidence() {
                 read -r c_bug c_fix <<<"$rest"
                 runs="$BUILD_DIR/faults/$script-$line/checks.jsonl"
                 [ -f "$runs" ] && { nb=1; grep -q "\"name\": *\"$c_bug\", *\"ok\": *true" "$runs" && bug=1; }
-                runs="$BUILD_DIR/faults/$script-$line-$FIX/checks.jsonl"
+                runs="$BUILD_DIR/faults/$script-$line-$(fix_variant "$line")/checks.jsonl"
                 [ -f "$runs" ] && { nf=1; grep -q "\"name\": *\"$c_fix\", *\"ok\": *true" "$runs" && fixed=1; }
                 ;;
         esac
@@ -252,6 +262,9 @@ for FIX in "${wanted[@]}"; do
     for line in $TEST_LINES; do
         if [[ " $LINES " == *" $line "* ]]; then
             if applies "${SRC[$line]}" "${patches[@]}"; then app+=("$line:yes"); else app+=("$line:NO"); status=failed; fi
+        elif bp="$(backport "$line")" && [ -n "$bp" ]; then
+            mapfile -t bpp < <(fix_patches "$bp")
+            if applies "${SRC[$line]}" "${bpp[@]}"; then app+=("$line:backport"); else app+=("$line:NO"); status=failed; fi
         else
             app+=("$line:-")
         fi
@@ -275,8 +288,8 @@ for FIX in "${wanted[@]}"; do
     # Built: the lines whose kernel with this fix this build has (make kernel KERNEL=X
     # VARIANT=<fix>, or its debug twin), which the BUG -> FIXED runs boot.
     built=()
-    for line in $LINES; do
-        for v in "$FIX" "debug-$FIX"; do
+    for line in $LINES $(for b in $BACKPORTS; do echo "${b%%:*}"; done); do
+        for v in "$(fix_variant "$line")" "debug-$FIX"; do
             if [ -f "$(kernel_dir "$line" "$v")/bzImage" ]; then built+=("$line"); break; fi
         done
     done
@@ -288,7 +301,7 @@ for FIX in "${wanted[@]}"; do
         echo
         echo "Standing: $STANDING"
         echo "Written against: Debian linux-source-$UPSTREAM_BASE $BASE_NAME (git format-patch; index lines of that tree)"
-        echo "Applies (patch -p1 -F0): ${app[*]}   (-: the line has no such code)"
+        echo "Applies (patch -p1 -F0): ${app[*]}   (-: the line has no such code; backport: its own form, ${BACKPORTS:-none})"
         echo "checkpatch --strict: $cp errors/warnings/checks (UNKNOWN_COMMIT_ID left to fixes.txt: no kernel history here)"
         echo "Fixes: $fx (fixes.txt)"
         echo "Built with the fix here: ${built[*]:-none}   (of the lines with the code: $LINES)"
