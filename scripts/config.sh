@@ -37,7 +37,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # write kills the connection through its abort_work: guest-tests/kernel/patches/rxabort-kill).
 # latedata-rfc (6.1 and later: an abort, not a close, when data is left unsent after the
 # close wait, and no data after it: guest-tests/kernel/patches/latedata-rfc, an RFC;
-# tests/bug/007, 008).
+# tests/bug/007, 008); latedata-rfc-510 is its 5.10 form.
 # closeuaf-fix (every line: smc_close_active_abort() leaves the connection to
 # __smc_release() while its owner may still be closing it: guest-tests/kernel/patches/
 # closeuaf-fix); debug-closeuaf-fix is the same patch on the debug variant's config (KASAN).
@@ -53,7 +53,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # dibslock-bug (7.x only, test only: the debug variant with the CVE-2026-74617 fix reverted,
 # for the dibs lock scenario of docs/known-bugs.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix lateabort-fix-61 smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix closeuaf-fix latedata-rfc chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix debug-closeuaf-window debug-closeuaf-window-fix debug-closeuaf-window-61 debug-closeuaf-window-61-fix"
+VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix lateabort-fix-61 smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix closeuaf-fix latedata-rfc latedata-rfc-510 chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix debug-closeuaf-window debug-closeuaf-window-fix debug-closeuaf-window-61 debug-closeuaf-window-61-fix"
 # GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
 # driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
 # counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry

@@ -214,7 +214,7 @@ evidence() {
                     # against the fix's own variants (debug-closeuaf-window-fix too);
                     # another test-only variant (rxabort-kill) is neither.
                     case "${k#*:}" in
-                        *-fix | *-rfc | *-fix-[0-9]*) nf=$((nf + 1)); [ "${v%% *}" = FIXED ] && fixed=$((fixed + 1)) ;;
+                        *-fix | *-rfc | *-fix-[0-9]* | *-rfc-[0-9]*) nf=$((nf + 1)); [ "${v%% *}" = FIXED ] && fixed=$((fixed + 1)) ;;
                         stock | debug | *-window | *-window-[0-9]*) nb=$((nb + 1)); [ "${v%% *}" = BUG ] && bug=$((bug + 1)) ;;
                     esac
                 done < <(sed -E 's/^([^ ]+) ([^ ]+) run [0-9]+\/[0-9]+: /\1 \2 /' "$BUILD_DIR/$script/verdicts.txt")
