@@ -44,8 +44,8 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # debug-closeuaf-window (test only, 6.12 and 7.x: the debug config and a patch that holds
 # a closer woken by an error off its socket until it is killed, so that tests/bug/019
 # meets the use-after-free every run) and debug-closeuaf-window-fix (the same with
-# closeuaf-fix); debug-closeuaf-window-61 (and -61-fix) is its form for 6.1, where
-# conn->killed is a bit-field.
+# closeuaf-fix); debug-closeuaf-window-61 and -510 (and their -fix) are its forms for 6.1
+# and 5.10, where conn->killed is a bit-field.
 # loopback (a kernel with loopback-ism beside the ISM driver: CONFIG_SMC_LO on 6.9-6.17,
 # CONFIG_DIBS_LO on 7.x; the coverage anchor, docs/coverage.md).
 # debug (the kernel's bug detectors: KASAN, lockdep, DEBUG_SPINLOCK, DEBUG_ATOMIC_SLEEP, the
@@ -53,7 +53,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # dibslock-bug (7.x only, test only: the debug variant with the CVE-2026-74617 fix reverted,
 # for the dibs lock scenario of docs/known-bugs.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix lateabort-fix-61 smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix closeuaf-fix latedata-rfc latedata-rfc-510 chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix debug-closeuaf-window debug-closeuaf-window-fix debug-closeuaf-window-61 debug-closeuaf-window-61-fix"
+VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix lateabort-fix-61 smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix closeuaf-fix latedata-rfc latedata-rfc-510 chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix debug-closeuaf-window debug-closeuaf-window-fix debug-closeuaf-window-61 debug-closeuaf-window-61-fix debug-closeuaf-window-510 debug-closeuaf-window-510-fix"
 # GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
 # driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
 # counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry
