@@ -203,6 +203,9 @@ evidence() {
     local kind script rest line v k out=() runs bug fixed nb nf
     read -r kind script rest <<<"$EVIDENCE"
     for line in $TEST_LINES; do
+        # The lines the fix is for (its LINES and BACKPORTS): a run elsewhere judges
+        # nothing of it.
+        [[ " $LINES $(for b in $BACKPORTS; do echo "${b%%:*}"; done | xargs) " == *" $line "* ]] || continue
         nb=0 bug=0 nf=0 fixed=0
         case "$kind" in
             verdicts)
