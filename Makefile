@@ -33,7 +33,7 @@ all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|rxabort-kill|lateabort-fix|lateabort-fix-61|smcdterm-fix|ieqnull-fix|vlanlock-fix|hslimit-fix|closeuaf-fix|latedata-rfc|latedata-rfc-510|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix|debug-closeuaf-fix] [GCOV=1] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|rxabort-kill|lateabort-fix|lateabort-fix-61|lateabort-fix-510|smcdterm-fix|ieqnull-fix|vlanlock-fix|hslimit-fix|closeuaf-fix|latedata-rfc|latedata-rfc-510|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix|debug-closeuaf-fix] [GCOV=1] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: docs/running.md (\"Targets and variables\"); defaults: scripts/config.sh."

@@ -20,7 +20,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # Guest kernel variant: stock (unmodified), prezero or nozero (negative controls),
 # rxabort-fix (the net/smc fix for the receive livelock: guest-tests/kernel/patches/rxabort-fix),
 # lateabort-fix (the fix for an aborted connection's late CDC message in a reused DMB:
-# guest-tests/kernel/patches/lateabort-fix; lateabort-fix-61 is its 6.1 backport),
+# guest-tests/kernel/patches/lateabort-fix; lateabort-fix-61 and -510 are its 6.1 and 5.10 forms),
 # smcdterm-fix (6.12 and 7.3: the fix for smc_smcd_terminate() ending every link group of an
 # ISM function on one peer's shutdown or GID event: guest-tests/kernel/patches/smcdterm-fix),
 # chid0-peer and chid0-fix (5.10 only: the CHID-0 accept bug's crafted peer and its fix,
@@ -53,7 +53,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # dibslock-bug (7.x only, test only: the debug variant with the CVE-2026-74617 fix reverted,
 # for the dibs lock scenario of docs/known-bugs.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix lateabort-fix-61 smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix closeuaf-fix latedata-rfc latedata-rfc-510 chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix debug-closeuaf-window debug-closeuaf-window-fix debug-closeuaf-window-61 debug-closeuaf-window-61-fix debug-closeuaf-window-510 debug-closeuaf-window-510-fix"
+VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix lateabort-fix-61 lateabort-fix-510 smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix closeuaf-fix latedata-rfc latedata-rfc-510 chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix debug-closeuaf-window debug-closeuaf-window-fix debug-closeuaf-window-61 debug-closeuaf-window-61-fix debug-closeuaf-window-510 debug-closeuaf-window-510-fix"
 # GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
 # driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
 # counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry
