@@ -95,6 +95,9 @@ backport() {
     for b in $BACKPORTS; do [ "${b%%:*}" != "$1" ] || { echo "${b#*:}"; return; }; done
 }
 
+# backport_lines: the lines of BACKPORTS.
+backport_lines() { local b; for b in $BACKPORTS; do echo "${b%%:*}"; done; }
+
 # fix_variant LINE: the variant that carries the fix on LINE: its backport there, or FIX.
 fix_variant() { local v; v="$(backport "$1")"; echo "${v:-$FIX}"; }
 
@@ -205,7 +208,7 @@ evidence() {
     for line in $TEST_LINES; do
         # The lines the fix is for (its LINES and BACKPORTS): a run elsewhere judges
         # nothing of it.
-        [[ " $LINES $(for b in $BACKPORTS; do echo "${b%%:*}"; done | xargs) " == *" $line "* ]] || continue
+        [[ " $LINES $(backport_lines | xargs) " == *" $line "* ]] || continue
         nb=0 bug=0 nf=0 fixed=0
         case "$kind" in
             verdicts)
@@ -291,7 +294,7 @@ for FIX in "${wanted[@]}"; do
     # Built: the lines whose kernel with this fix this build has (make kernel KERNEL=X
     # VARIANT=<fix>, or its debug twin), which the BUG -> FIXED runs boot.
     built=()
-    for line in $LINES $(for b in $BACKPORTS; do echo "${b%%:*}"; done); do
+    for line in $LINES $(backport_lines); do
         for v in "$(fix_variant "$line")" "debug-$FIX"; do
             if [ -f "$(kernel_dir "$line" "$v")/bzImage" ]; then built+=("$line"); break; fi
         done
