@@ -118,9 +118,14 @@ run_reg_dmb() {
         outcome "$g, 1st connection: $(conn_line "$g" seq 0 | grep -oE '(side|mode|reason_name|peer_diag_name)=[^ ]+' | xargs)"
     done
     # The decline reason each side's kernel gives (sock_diag): the side whose REG_DMB
-    # failed declines for lack of memory, the other records the peer's decline.
-    expect decline_reason_mem "$RUN_DIR/a.console.log" 'idx=0 side=server mode=FALLBACK .*reason_name=SMC_CLC_DECL_MEM '
-    expect decline_reason_peer "$RUN_DIR/b.console.log" 'idx=0 side=client mode=FALLBACK .*reason_name=SMC_CLC_DECL_PEERDECL .*peer_diag_name=SMC_CLC_DECL_MEM '
+    # failed declines for lack of memory, the other records the peer's decline. 5.10
+    # drops that reason: smc_find_ism_v2_device_serv() ignores why smc_listen_ism_init()
+    # failed, and smc_listen_find_device() then declines NOSMCDEV, as the client
+    # proposed no v1 (6.1 has smc_find_ism_store_rc(), which keeps it).
+    local reason=SMC_CLC_DECL_MEM
+    [ "$KERNEL" != 5.10 ] || reason=SMC_CLC_DECL_NOSMCDEV
+    expect decline_reason "$RUN_DIR/a.console.log" "idx=0 side=server mode=FALLBACK .*reason_name=$reason "
+    expect decline_reason_peer "$RUN_DIR/b.console.log" "idx=0 side=client mode=FALLBACK .*reason_name=SMC_CLC_DECL_PEERDECL .*peer_diag_name=$reason "
     # One failure for the second connection: SMC-D with the RMB at half size.
     expect a_second_smcd_downgraded "$RUN_DIR/a.console.log" '^CONN test=seq idx=1 side=server mode=SMCD .* rmbe=32736 peer_rmbe=65504 .*verify=ok'
     expect b_second_smcd_downgraded "$RUN_DIR/b.console.log" '^CONN test=seq idx=1 side=client mode=SMCD .* rmbe=65504 peer_rmbe=32736 .*verify=ok'
@@ -209,8 +214,10 @@ run_move_reject() {
     # same send() while the send buffer has room, or a cursor update from a), after a
     # retried write the device takes. Then both ends break at once: a reads EOF, b gets
     # the reset of a's close (seen in 2 of 8 runs). Either both stall or both break at
-    # once; one side breaking early alone fails.
-    if [ -n "$TOOK_a" ] && [ -n "$TOOK_b" ] && [ "$TOOK_a" -le 5 ] && [ "$TOOK_b" -le 5 ]; then
+    # once; one side breaking early alone fails. What tells the two apart is the I/O
+    # timeout (20 s), not how soon the host reads "at once" off the consoles (seconds late
+    # on a loaded host): both ending before 15 s is the abort.
+    if [ -n "$TOOK_a" ] && [ -n "$TOOK_b" ] && [ "$TOOK_a" -lt 15 ] && [ "$TOOK_b" -lt 15 ]; then
         outcome "aborted at once: the abort flag went out with b's next CDC message (a ${TOOK_a} s, b ${TOOK_b} s)"
         expect a_read_the_abort_as_eof "$RUN_DIR/a.console.log" '^SUMMARY test=stream side=server .*recv: unexpected EOF after'
     else

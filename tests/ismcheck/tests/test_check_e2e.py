@@ -321,6 +321,15 @@ class VlanEvents(unittest.TestCase):
             with self.subTest(what):
                 self.assertFalse(check_e2e.check_vlan_events(39, events, {"ism0", "ism1"})[0])
 
+    def test_a_v2_only_server_registers_none(self):
+        # 5.10, both phases v2: only the client's function registers the VLAN.
+        events = [self.ev("ism1", "vlan_added"), self.ev("ism1", "vlan_deleted")]
+        ok, notes = check_e2e.check_vlan_events(39, events, {"ism0", "ism1"}, {"ism0"})
+        self.assertTrue(ok, notes)
+        events += [self.ev("ism0", "vlan_added"), self.ev("ism0", "vlan_deleted")]
+        self.assertFalse(check_e2e.check_vlan_events(39, events, {"ism0", "ism1"}, {"ism0"})[0])
+        self.assertFalse(check_e2e.check_vlan_events(39, events[:2], {"ism0", "ism1"})[0])
+
 
 if __name__ == "__main__":
     unittest.main()
