@@ -672,7 +672,8 @@ def main():
         if evidence["release"]:
             fail("observer_zeroing", f"kernel {release} zeroes at hand-out: {evidence['release']} reuse(s) zeroed right after the close "
                           f"and idle until the next connection; expected none at release")
-        if not evidence["hand-out"]:
+        # Back to back (--unpaced) no reuse can show it (5.10's api run: every one undecided).
+        if not evidence["hand-out"] and not args.unpaced:
             fail("observer_zeroing", f"kernel {release} zeroes at hand-out: no reuse shows it (every next connection came too soon?)")
     elif expected == "stale":
         if stale == 0:
