@@ -35,6 +35,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef SOL_SMC
@@ -833,6 +834,158 @@ out:
 	if (snd.fd >= 0 && snd.tid)
 		sender_join(&snd);
 	free(b);
+	closefd(&pfd[0]);
+	closefd(&pfd[1]);
+	return close3(rc, NULL, &c, &s);
+}
+
+/* ==================================================================================== */
+/* splice-pending (run only when named): a recv() while bytes spliced into a pipe are not
+ * yet read from it. smc_rx_recvmsg waits for the splice to finish (splice_pending) before
+ * it copies more, in smc_rx_wait with smc_rx_data_available_and_no_splice_pend; a
+ * non-blocking recv must still return at once (EAGAIN or the data), and any recv on a
+ * signal. Reports how long each form stayed in the kernel. */
+
+struct pending_recv {
+	pthread_t tid;
+	int fd, flags, err;
+	ssize_t n;
+	volatile int done;
+};
+
+static void *pending_recv_main(void *arg)
+{
+	struct pending_recv *r = arg;
+	char b[1000];
+
+	r->n = recv(r->fd, b, sizeof(b), r->flags);
+	r->err = errno;
+	r->done = 1;
+	return NULL;
+}
+
+static void on_usr1(int sig) { (void)sig; }
+
+/* utime + stime of a process, in clock ticks (/proc/PID/stat fields 14 and 15) */
+static long proc_cpu_ticks(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f)) {
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) != 2)
+		return -1;
+	return ut + st;
+}
+
+static int t_splice_pending(void)
+{
+	int rc = R_FAIL_, c = -1, s = -1, pfd[2] = { -1, -1 }, v;
+	unsigned char b[2000];
+	struct pending_recv r = { 0 };
+	struct sigaction sa = { .sa_handler = on_usr1 };
+	ssize_t n;
+	int ms = 0, started = 0, dontwait_ms, killed_died = 1;
+	long killed_ticks = -1;
+
+	sigaction(SIGUSR1, &sa, NULL); /* no SA_RESTART: a recv it interrupts returns EINTR */
+	CHECK(pipe2(pfd, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+	if (smc_pair(&c, &s) || expect_smcd(s, "server", NULL))
+		goto out;
+	if (send_pat(c, 91, 0, 2000))
+		goto out;
+	CHECK(wait_ioctl(s, SIOCINQ, 2000, 10) == 2000, "2000 bytes did not arrive");
+	n = splice(s, NULL, pfd[1], NULL, 1000, 0);
+	CHECK(n == 1000, "splice of 1000: %zd (%s)", n, strerror(errno));
+	CHECK(ioctl_int(s, SIOCINQ, &v) == 0, "SIOCINQ: %s", strerror(errno));
+	err_line("splice-pending: 1000 bytes spliced, not read from the pipe; SIOCINQ %d", v);
+	r = (struct pending_recv){ .fd = s, .flags = MSG_DONTWAIT };
+	CHECK(pthread_create(&r.tid, NULL, pending_recv_main, &r) == 0, "pthread_create");
+	started = 1;
+	while (!r.done && ms < 2000) {
+		sleep_ms(50);
+		ms += 50;
+	}
+	out_line("SPLICEPENDING dontwait returned=%d after_ms=%d", r.done, ms);
+	dontwait_ms = r.done ? ms : -1;
+	if (!r.done) {
+		pthread_kill(r.tid, SIGUSR1);
+		for (ms = 0; !r.done && ms < 2000; ms += 50)
+			sleep_ms(50);
+		out_line("SPLICEPENDING dontwait after_signal returned=%d after_ms=%d", r.done, ms);
+	}
+	/* the pipe read: the splice's pages released, splice_pending 0 */
+	CHECK(read(pfd[0], b, 1000) == 1000 && pattern_check(91, 0, b, 1000) == 1000, "the spliced bytes differ");
+	for (ms = 0; !r.done && ms < 5000; ms += 50)
+		sleep_ms(50);
+	out_line("SPLICEPENDING after the pipe read: returned=%d n=%zd err=%s", r.done, r.n, r.n < 0 ? strerror(r.err) : "-");
+	if (r.done) {
+		pthread_join(r.tid, NULL);
+		started = 0;
+	}
+	CHECK(r.done, "the recv never returned, even after the pipe was read");
+	/* the single-threaded form: a child that splices and then calls recv(MSG_DONTWAIT)
+	 * has nobody to read its pipe but this parent; SIGKILL after 1 s, then the CPU time
+	 * the child burnt while it did not die */
+	if (send_pat(c, 92, 0, 2000))
+		goto out;
+	CHECK(wait_ioctl(s, SIOCINQ, 2000, 10) == 2000, "2000 more bytes did not arrive");
+	{
+		pid_t pid = fork();
+		int st = 0, died = 0;
+		long t0 = 0, t1 = 0;
+
+		CHECK(pid >= 0, "fork: %s", strerror(errno));
+		if (pid == 0) {
+			if (splice(s, NULL, pfd[1], NULL, 1000, 0) != 1000)
+				_exit(3);
+			n = recv(s, b, sizeof(b), MSG_DONTWAIT);
+			_exit(n >= 0 ? 0 : 4);
+		}
+		sleep_ms(1000);
+		t0 = proc_cpu_ticks(pid);
+		kill(pid, SIGKILL);
+		for (ms = 0; ms < 3000 && !died; ms += 50) {
+			sleep_ms(50);
+			died = waitpid(pid, &st, WNOHANG) == pid;
+		}
+		if (!died)
+			t1 = proc_cpu_ticks(pid);
+		out_line("SPLICEPENDING child SIGKILLed: died=%d after_ms=%d cpu_ticks_in_3s=%ld", died, ms,
+			 died ? -1 : t1 - t0);
+		killed_died = died;
+		killed_ticks = died ? -1 : t1 - t0;
+		if (!died) {
+			CHECK(read(pfd[0], b, 1000) == 1000, "read the child's pipe: %s", strerror(errno));
+			for (ms = 0; ms < 5000 && !died; ms += 50) {
+				sleep_ms(50);
+				died = waitpid(pid, &st, WNOHANG) == pid;
+			}
+			out_line("SPLICEPENDING child after its pipe was read: died=%d after_ms=%d", died, ms);
+		}
+	}
+	/* the bug (docs/known-bugs.md, section 13): FAIL on a kernel that has it */
+	CHECK(dontwait_ms >= 0 && killed_died,
+	      "recv(MSG_DONTWAIT) with bytes readable stayed in the kernel %s while 1000 spliced bytes sat unread in "
+	      "a pipe, and a signal did not end it; a SIGKILLed reader %s (%ld CPU ticks in 3 s)",
+	      dontwait_ms >= 0 ? "briefly" : "over 2 s", killed_died ? "died" : "did not die until its pipe was read",
+	      killed_ticks);
+	rc = R_OK_;
+out:
+	if (started) {
+		shutdown(s, SHUT_RDWR);
+		pthread_join(r.tid, NULL);
+	}
 	closefd(&pfd[0]);
 	closefd(&pfd[1]);
 	return close3(rc, NULL, &c, &s);
@@ -1935,6 +2088,7 @@ static const struct subtest g_tests[] = {
 	{ "pnet", t_pnet, 1 },
 	{ "sysctl", t_sysctl, 1 },
 	{ "hs-sysctl", t_hs_sysctl, 0 },
+	{ "splice-pending", t_splice_pending, 0 },
 };
 #define NTESTS (sizeof(g_tests) / sizeof(g_tests[0]))
 
