@@ -1969,6 +1969,76 @@ out:
 /* ==================================================================================== */
 /* sysctl: /proc/sys/net/smc/ (smc_sysctl.c); wmem and rmem size new connections' buffers */
 
+/* Each bounded net.smc entry at its edges (smc_sysctl.c: the handler and extra1/extra2):
+ * the bounds themselves taken and read back, one past them EINVAL and the value kept.
+ * autocorking_size has no bounds but its unsigned int; smcr_testlink_time is seconds
+ * (proc_dointvec_jiffies: at most INT_MAX / HZ, 8589934 with Debian's HZ=250, the
+ * kernel's HZ found as the one of 100, 250, 300, 1000 whose edge holds; a negative value
+ * is taken, as the handler converts the sign). Each entry gets its old value back. */
+struct edge {
+	const char *name;
+	long lo, hi;      /* taken */
+	long below, above; /* refused (EINVAL) */
+	int since_612;    /* not in 6.1's table */
+};
+
+static int sysctl_edges(int before_612)
+{
+	static const struct edge edges[] = {
+		{ "smcr_buf_type", 0, 2, -1, 3, 0 },
+		{ "wmem", 16384, 1073741823, 16383, 1073741824, 0 },
+		{ "rmem", 16384, 1073741823, 16383, 1073741824, 0 },
+		{ "autocorking_size", 0, 4294967295L, -1, 4294967296L, 0 },
+		{ "smcr_testlink_time", -1, 0 /* INT_MAX / HZ */, 0, 0, 0 },
+		{ "smcr_max_links_per_lgr", 1, 2, 0, 3, 1 },
+		{ "smcr_max_conns_per_lgr", 16, 255, 15, 256, 1 },
+		{ "limit_smc_hs", 0, 1, -1, 2, 1 },
+	};
+
+	for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++) {
+		struct edge ed = edges[i], *e = &ed;
+		long old, v = -1;
+		int rc = -1;
+
+		if (before_612 && e->since_612)
+			continue;
+		if (read_sysctl(e->name, &old)) {
+			snprintf(g_why, sizeof(g_why), "read net.smc.%s: %s", e->name, strerror(errno));
+			return -1;
+		}
+		if (!e->hi) {
+			static const long hz[] = { 1000, 300, 250, 100 };
+
+			for (size_t k = 0; k < sizeof(hz) / sizeof(hz[0]) && !e->hi; k++) {
+				long edge = 2147483647L / hz[k];
+
+				if (write_sysctl(e->name, edge) == 0 && write_sysctl(e->name, edge + 1) < 0 && errno == EINVAL)
+					e->hi = edge;
+			}
+			e->above = e->hi + 1;
+			e->below = -e->hi - 1;
+		}
+		if (write_sysctl(e->name, e->lo) || read_sysctl(e->name, &v) || v != e->lo)
+			snprintf(g_why, sizeof(g_why), "net.smc.%s=%ld (its lower edge): %s, reads %ld", e->name, e->lo,
+				 strerror(errno), v);
+		else if (write_sysctl(e->name, e->hi) || read_sysctl(e->name, &v) || v != e->hi)
+			snprintf(g_why, sizeof(g_why), "net.smc.%s=%ld (its upper edge): %s, reads %ld", e->name, e->hi,
+				 strerror(errno), v);
+		else if (write_sysctl(e->name, e->below) == 0 || errno != EINVAL || read_sysctl(e->name, &v) || v != e->hi)
+			snprintf(g_why, sizeof(g_why), "net.smc.%s=%ld (below its range): %s, reads %ld; expected EINVAL, %ld",
+				 e->name, e->below, strerror(errno), v, e->hi);
+		else if (write_sysctl(e->name, e->above) == 0 || errno != EINVAL || read_sysctl(e->name, &v) || v != e->hi)
+			snprintf(g_why, sizeof(g_why), "net.smc.%s=%ld (above its range): %s, reads %ld; expected EINVAL, %ld",
+				 e->name, e->above, strerror(errno), v, e->hi);
+		else
+			rc = 0;
+		write_sysctl(e->name, old);
+		if (rc)
+			return -1;
+	}
+	return 0;
+}
+
 static int t_sysctl(void)
 {
 	static const char *const names[] = { "autocorking_size", "smcr_buf_type", "smcr_testlink_time", "wmem", "rmem",
@@ -1989,6 +2059,8 @@ static int t_sysctl(void)
 		CHECK(read_sysctl(names[i], &v[i]) == 0 || (old && since_612[i] && errno == ENOENT),
 		      "read net.smc.%s: %s", names[i], strerror(errno));
 	CHECK(v[3] == 65536 && v[4] == 65536, "wmem %ld rmem %ld, expected the 64 KiB defaults", v[3], v[4]);
+	if (sysctl_edges(old))
+		goto out;
 	CHECK(v[0] == 65536, "autocorking_size %ld, expected 65536", v[0]);
 	/* below SMC_BUF_MIN_SIZE (16 KiB): refused, unchanged */
 	CHECK(write_sysctl("wmem", 1000) < 0 && errno == EINVAL, "wmem=1000: %s, expected EINVAL", strerror(errno));
