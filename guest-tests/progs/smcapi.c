@@ -1268,6 +1268,79 @@ out:
 }
 
 /* ==================================================================================== */
+/* diag: smc_diag with each extension (smc_diag.c __smc_diag_dump): SMC_DIAG_SHUTDOWN and
+ * SMC_DIAG_FALLBACK come always; CONNINFO and DMBINFO only when asked for and only for a
+ * connection (an alert token, an SMC-D link group and RMB); LGRINFO never for SMC-D (an
+ * SMC-R link group's); the SHUTDOWN bit asks for nothing. The shutdown attribute is the
+ * socket's sk_shutdown: SEND_SHUTDOWN (2) after shutdown(SHUT_WR), RCV_SHUTDOWN (1) on
+ * the peer once the close reached it. */
+
+#define DIAG_BIT(x) (1u << (x))
+#define DIAG_ASK(x) (1u << ((x) - 1))
+enum { D_CONN = 1, D_LGR = 2, D_SHUT = 3, D_DMB = 4, D_FB = 5 };
+
+static int diag_ext(int fd, unsigned int ext, struct smc_info *in)
+{
+	struct stat st;
+	char err[256] = "";
+
+	if (fstat(fd, &st) || smcdiag_query_ext((uint64_t)st.st_ino, ext, in, err, sizeof(err)) || !in->found) {
+		snprintf(g_why, sizeof(g_why), "sock_diag with extensions 0x%x: %s", ext, err);
+		return -1;
+	}
+	return 0;
+}
+
+static int t_diag(void)
+{
+	static const unsigned int asks[] = { 0, DIAG_ASK(D_CONN), DIAG_ASK(D_LGR), DIAG_ASK(D_SHUT), DIAG_ASK(D_DMB),
+					     DIAG_ASK(D_CONN) | DIAG_ASK(D_LGR) | DIAG_ASK(D_SHUT) | DIAG_ASK(D_DMB) };
+	int rc = R_FAIL_, l = -1, c = -1, s = -1, port = g_port++;
+	struct smc_info in;
+	char b[16];
+
+	l = smc_sock();
+	c = smc_sock();
+	CHECK(l >= 0 && c >= 0, "socket(AF_SMC): %s", strerror(errno));
+	CHECK(listen_on(l, port) == 0, "listen: %s", strerror(errno));
+	/* a listener: no connection, so nothing but the two that always come */
+	if (diag_ext(l, asks[5], &in))
+		goto out;
+	CHECK(in.attrs == (DIAG_BIT(D_SHUT) | DIAG_BIT(D_FB)), "a listener with every extension asked: attributes 0x%x",
+	      in.attrs);
+	CHECK(connect_to(c, port) == 0, "connect: %s", strerror(errno));
+	s = accept_within(l, 20);
+	CHECK(s >= 0, "accept: %s", strerror(errno));
+	if (expect_smcd(c, "client", NULL))
+		goto out;
+	for (size_t i = 0; i < sizeof(asks) / sizeof(asks[0]); i++) {
+		unsigned int want = DIAG_BIT(D_SHUT) | DIAG_BIT(D_FB);
+
+		if (asks[i] & DIAG_ASK(D_CONN))
+			want |= DIAG_BIT(D_CONN);
+		if (asks[i] & DIAG_ASK(D_DMB))
+			want |= DIAG_BIT(D_DMB);
+		if (diag_ext(c, asks[i], &in))
+			goto out;
+		CHECK(in.attrs == want, "extensions 0x%x asked: attributes 0x%x, expected 0x%x", asks[i], in.attrs, want);
+		CHECK(in.shutdown_attr == 0 && in.fb_reason == 0 && in.fb_peer_diag == 0,
+		      "a fresh SMC-D connection: shutdown %d, fallback reason 0x%x/0x%x", in.shutdown_attr, in.fb_reason,
+		      in.fb_peer_diag);
+	}
+	CHECK(shutdown(c, SHUT_WR) == 0, "shutdown: %s", strerror(errno));
+	if (diag_ext(c, 0, &in))
+		goto out;
+	CHECK(in.shutdown_attr == 2, "after shutdown(SHUT_WR) the shutdown attribute is %d, expected 2", in.shutdown_attr);
+	CHECK(recv(s, b, sizeof(b), 0) == 0, "the peer did not read EOF: %s", strerror(errno));
+	if (diag_ext(s, 0, &in))
+		goto out;
+	CHECK(in.shutdown_attr == 1, "the peer after EOF: shutdown attribute %d, expected 1", in.shutdown_attr);
+	rc = R_OK_;
+out:
+	return close3(rc, &l, &c, &s);
+}
+
+/* ==================================================================================== */
 /* halfclose: shutdown() in each direction (af_smc.c smc_shutdown, smc_close.c
  * smc_close_shutdown_write, smc_close_active) */
 
@@ -2151,6 +2224,7 @@ static const struct subtest g_tests[] = {
 	{ "sendfile", t_sendfile, 1 },
 	{ "bufsizes", t_bufsizes, 1 },
 	{ "backlog", t_backlog, 1 },
+	{ "diag", t_diag, 1 },
 	{ "halfclose", t_halfclose, 1 },
 	{ "nonblock", t_nonblock, 1 },
 	{ "fallback", t_fallback, 1 },

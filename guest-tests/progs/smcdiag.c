@@ -215,6 +215,7 @@ static void smc_cb(const struct nlmsghdr *h, void *vctx)
 	in->src = m->id.idiag_src[0];
 	in->dst = m->id.idiag_dst[0];
 	in->inode = m->diag_inode;
+	in->shutdown_attr = -1;
 
 	p = (const unsigned char *)NLMSG_DATA(h) + NLMSG_ALIGN(sizeof(*m));
 	end = (const unsigned char *)h + h->nlmsg_len;
@@ -223,7 +224,13 @@ static void smc_cb(const struct nlmsghdr *h, void *vctx)
 
 		if (a->nla_len < NLA_HDRLEN || p + a->nla_len > end)
 			break;
+		if ((a->nla_type & NLA_TYPE_MASK) < 32)
+			in->attrs |= 1u << (a->nla_type & NLA_TYPE_MASK);
 		switch (a->nla_type & NLA_TYPE_MASK) {
+		case SMCT_DIAG_SHUTDOWN:
+			if (a->nla_len > NLA_HDRLEN)
+				in->shutdown_attr = *((const unsigned char *)a + NLA_HDRLEN);
+			break;
 		case SMCT_DIAG_FALLBACK: {
 			struct smct_diag_fallback fb;
 
@@ -272,13 +279,19 @@ static void smc_cb(const struct nlmsghdr *h, void *vctx)
 
 int smcdiag_query(uint64_t inode, struct smc_info *info, char *err, size_t errlen)
 {
+	return smcdiag_query_ext(inode, (1 << (SMCT_DIAG_CONNINFO - 1)) | (1 << (SMCT_DIAG_DMBINFO - 1)), info, err,
+				 errlen);
+}
+
+int smcdiag_query_ext(uint64_t inode, unsigned int ext, struct smc_info *info, char *err, size_t errlen)
+{
 	struct smct_diag_req req;
 	struct smc_ctx ctx = { inode, info, 0 };
 
 	memset(info, 0, sizeof(*info));
 	memset(&req, 0, sizeof(req));
 	req.diag_family = AF_SMC;
-	req.diag_ext = (1 << (SMCT_DIAG_CONNINFO - 1)) | (1 << (SMCT_DIAG_DMBINFO - 1));
+	req.diag_ext = (uint8_t)ext;
 	if (diag_dump(&req, sizeof(req), "AF_SMC sock_diag", smc_cb, &ctx, err, errlen))
 		return -1;
 	if (!info->found)

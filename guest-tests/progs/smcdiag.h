@@ -28,11 +28,15 @@ struct smc_info {
 	int have_dmb, have_gid_ext;
 	uint32_t linkid;
 	uint64_t peer_gid, my_gid, token, peer_token, peer_gid_ext, my_gid_ext;
+	unsigned int attrs;             /* bit 1 << SMC_DIAG_x for each attribute the kernel sent */
+	int shutdown_attr;              /* SMC_DIAG_SHUTDOWN's u8 (sk_shutdown), -1 if absent */
 };
 
 /* Dump all AF_SMC sockets and find the one with this inode.
  * Returns 0 (info->found tells whether it was in the dump) or -1 with err. */
 int smcdiag_query(uint64_t inode, struct smc_info *info, char *err, size_t errlen);
+/* The same with the request's extension bits (1 << (SMC_DIAG_x - 1)) of the caller's. */
+int smcdiag_query_ext(uint64_t inode, unsigned int ext, struct smc_info *info, char *err, size_t errlen);
 
 /* Test aid for --tcp: find a TCP socket by inode through inet_diag (same
  * netlink code path).  Returns 0 and *state (TCP state), or -1. */

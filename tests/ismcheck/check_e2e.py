@@ -404,6 +404,12 @@ def zeroing_mismatch(expected, verdict, evidence, unpaced):
         return None
     if unpaced and verdict == "none" and evidence["undecided"] and not evidence["stale"]:
         return None
+    # Unpaced, a connection may also take a DMB and leave it idle (a queued accept, the
+    # api topology's backlog subtest): a hand-out kernel's zeroing then looks like one at
+    # release (the other way round, a release kernel's DMB left unzeroed until the next
+    # connection, is still a contradiction).
+    if unpaced and expected == "hand-out" and verdict in ("release", "mixed"):
+        return None
     return f"the host's view says {verdict}, the kernel should show {expected}"
 
 
@@ -669,7 +675,7 @@ def main():
             fail("observer_zeroing", f"kernel {release}: no reuse seen")
         if stale:
             fail("observer_zeroing", f"kernel {release} zeroes at hand-out: {stale} stale reuse(s)")
-        if evidence["release"]:
+        if evidence["release"] and not args.unpaced:
             fail("observer_zeroing", f"kernel {release} zeroes at hand-out: {evidence['release']} reuse(s) zeroed right after the close "
                           f"and idle until the next connection; expected none at release")
         # Back to back (--unpaced) no reuse can show it (5.10's api run: every one undecided).
