@@ -773,6 +773,119 @@ out:
 /* ==================================================================================== */
 /* splice: from the SMC socket into a pipe (af_smc.c smc_splice_read, smc_rx.c smc_rx_splice) */
 
+struct pending_recv {
+	pthread_t tid;
+	int fd, flags, err;
+	ssize_t n;
+	volatile int done;
+};
+
+static void *pending_recv_main(void *arg)
+{
+	struct pending_recv *r = arg;
+	char b[1000];
+
+	r->n = recv(r->fd, b, sizeof(b), r->flags);
+	r->err = errno;
+	r->done = 1;
+	return NULL;
+}
+
+/* The splice paths beside the plain one, on connection c -> s with the pipe pfd empty:
+ * - tee() of the pipe's SMC buffer: refused with EFAULT (smc_rx_pipe_buf_get: the buffer
+ *   carries the connection's cursor update and cannot be cloned). 5.10.223 lacks that
+ *   change: its generic get lets the clone through, and the second release frees the
+ *   buffer's private data again, so it is not tried there.
+ * - a blocking recv() while spliced bytes are still in the pipe: it waits for the
+ *   splice to end (smc_rx_data_available_and_no_splice_pend) and returns once the pipe
+ *   was read (the non-blocking form is section 13's bug, docs/known-bugs.md);
+ * - a splice across the RMB's end into a pipe with one free slot: the first chunk goes
+ *   in, the second finds the pipe full and its page is given back (smc_rx_spd_release):
+ *   splice() returns the first chunk's bytes only, the rest stays readable. Not before
+ *   6.12: 6.1.176 and 5.10.223 lack upstream's "net: smc: fix splice entry lifetime
+ *   imbalance in smc_rx_splice" (2026), so the page given back was never referenced and
+ *   the DMB's memory is freed under the device (seen: a 6.1 panic, 5.10 "Bad page
+ *   state"; docs/known-bugs.md, section 14). */
+static int splice_more(int c, int s, int pfd[2])
+{
+	int rc = -1, q[2] = { -1, -1 }, c2 = -1, s2 = -1, v;
+	unsigned char b[1000];
+	struct pending_recv r = { 0 };
+	struct smc_info si;
+	ssize_t n;
+	int ms;
+
+	if (!kernel_before(6, 1)) {
+		CHECK(pipe2(q, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+		if (send_pat(c, 53, 0, 10))
+			goto out;
+		CHECK(wait_ioctl(s, SIOCINQ, 10, 10) == 10, "10 bytes did not arrive");
+		CHECK(splice(s, NULL, pfd[1], NULL, 10, 0) == 10, "splice of 10: %s", strerror(errno));
+		n = tee(pfd[0], q[1], 10, SPLICE_F_NONBLOCK);
+		CHECK(n < 0 && errno == EFAULT, "tee of an SMC socket's spliced bytes: %zd (%s), expected EFAULT", n,
+		      strerror(errno));
+		CHECK(read(pfd[0], b, 10) == 10 && pattern_check(53, 0, b, 10) == 10, "the 10 spliced bytes differ");
+	}
+	/* the blocking recv behind a pending splice */
+	if (send_pat(c, 54, 0, 2000))
+		goto out;
+	CHECK(wait_ioctl(s, SIOCINQ, 2000, 10) == 2000, "2000 bytes did not arrive");
+	CHECK(splice(s, NULL, pfd[1], NULL, 1000, 0) == 1000, "splice of 1000: %s", strerror(errno));
+	r = (struct pending_recv){ .fd = s, .flags = MSG_WAITALL };
+	CHECK(pthread_create(&r.tid, NULL, pending_recv_main, &r) == 0, "pthread_create");
+	sleep_ms(500);
+	v = r.done;
+	if (read(pfd[0], b, 1000) != 1000 || pattern_check(54, 0, b, 1000) != 1000) {
+		shutdown(s, SHUT_RD);
+		pthread_join(r.tid, NULL);
+		snprintf(g_why, sizeof(g_why), "the 1000 spliced bytes differ");
+		goto out;
+	}
+	for (ms = 0; !r.done && ms < 10000; ms += 50)
+		sleep_ms(50);
+	if (!r.done)
+		shutdown(s, SHUT_RD);
+	pthread_join(r.tid, NULL);
+	CHECK(!v, "a blocking recv returned while 1000 spliced bytes were still in the pipe");
+	CHECK(r.n == 1000, "the blocking recv after the pipe was read: %zd (%s)", r.n, strerror(r.err));
+	/* a splice across the RMB's end into a pipe with one free slot, on a new pair */
+	if (kernel_before(6, 12)) {
+		rc = 0;
+		goto out;
+	}
+	if (smc_pair(&c2, &s2) || expect_smcd(s2, "server", &si))
+		goto out;
+	closefd(&q[0]);
+	closefd(&q[1]);
+	CHECK(pipe2(q, O_CLOEXEC | O_NONBLOCK) == 0 && fcntl(q[1], F_SETPIPE_SZ, 8192) == 8192,
+	      "a pipe of two slots: %s", strerror(errno));
+	CHECK(write(q[1], "x", 1) == 1, "write into the pipe: %s", strerror(errno));
+	{
+		struct sender snd = { .fd = c2, .pieces = 4, .seed = 55, .len = si.rmbe_size - 100 };
+
+		CHECK(sender_start(&snd) == 0, "pthread_create");
+		if (recv_pat(s2, 55, 0, si.rmbe_size - 100) | sender_join(&snd))
+			goto out;
+	}
+	if (send_pat(c2, 55, si.rmbe_size - 100, 1000))
+		goto out;
+	CHECK(wait_ioctl(s2, SIOCINQ, 1000, 10) == 1000, "1000 bytes across the RMB's end did not arrive");
+	n = splice(s2, NULL, q[1], NULL, 1000, SPLICE_F_NONBLOCK);
+	CHECK(n == 100, "splice of 1000 bytes across the RMB's end into one free slot: %zd (%s), expected the 100 "
+	      "before the end", n, strerror(errno));
+	CHECK(read(q[0], b, 101) == 101 && b[0] == 'x' && pattern_check(55, si.rmbe_size - 100, b + 1, 100) == 100,
+	      "the pipe's bytes differ");
+	if (recv_pat(s2, 55, si.rmbe_size, 900))
+		goto out;
+	rc = 0;
+out:
+	closefd(&q[0]);
+	closefd(&q[1]);
+	closefd(&c2);
+	closefd(&s2);
+	return rc;
+}
+
 static int t_splice(void)
 {
 	int rc = R_FAIL_, c = -1, s = -1, pfd[2] = { -1, -1 };
@@ -823,6 +936,8 @@ static int t_splice(void)
 	if (sender_join(&snd))
 		goto out; /* g_why: the sender's reason */
 	snd.fd = -1;
+	if (splice_more(c, s, pfd))
+		goto out;
 	/* recv after splice, then EOF through splice */
 	if (exchange(c, s, 52, 5000))
 		goto out;
@@ -845,24 +960,6 @@ out:
  * it copies more, in smc_rx_wait with smc_rx_data_available_and_no_splice_pend; a
  * non-blocking recv must still return at once (EAGAIN or the data), and any recv on a
  * signal. Reports how long each form stayed in the kernel. */
-
-struct pending_recv {
-	pthread_t tid;
-	int fd, flags, err;
-	ssize_t n;
-	volatile int done;
-};
-
-static void *pending_recv_main(void *arg)
-{
-	struct pending_recv *r = arg;
-	char b[1000];
-
-	r->n = recv(r->fd, b, sizeof(b), r->flags);
-	r->err = errno;
-	r->done = 1;
-	return NULL;
-}
 
 static void on_usr1(int sig) { (void)sig; }
 
