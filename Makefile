@@ -27,7 +27,7 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test sources qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown bug-closeuaf upstream hops coverage chaos lint clean \
+	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown bug-closeuaf bug-splicewait upstream hops coverage chaos lint clean \
 	help install cli-check check-images
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
@@ -344,6 +344,15 @@ bug-vlanlock: qemu emulator ## the VLAN refcount's ISM command under smcd->lock:
 HSLIMIT_LINES ?= 6.12
 bug-hslimit: qemu emulator ## net.smc.limit_smc_hs on big-endian: stock's sysctl never reaches new sockets, hslimit-fix's does
 	$(call bug_check,$(HSLIMIT_LINES),bug/005 bug/006)
+
+# A recv() behind an unread splice (docs/known-bugs.md section 13; tests/bug/021-022,
+# guest-tests/kernel/patches/splicewait-fix): one guest, smcapi's splice-pending subtest.
+# On each line of SPLICEWAIT_LINES (default 6.12; the patch applies to 6.1 and 7.3 too)
+# stock must show the bug (the non-blocking read spins, SIGKILL does not end it) and
+# VARIANT=splicewait-fix must pass. KTAP/JUnit in build/results/bug-splicewait.*.
+SPLICEWAIT_LINES ?= 6.12
+bug-splicewait: qemu emulator ## recv behind an unread splice: stock spins and ignores SIGKILL, splicewait-fix returns
+	$(call bug_check,$(SPLICEWAIT_LINES),bug/021 bug/022)
 
 # Data left unsent at close written after the close (docs/known-bugs.md section 9;
 # tests/bug/007-008, guest-tests/kernel/patches/latedata-rfc): a slow reader, no

@@ -53,7 +53,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # dibslock-bug (7.x only, test only: the debug variant with the CVE-2026-74617 fix reverted,
 # for the dibs lock scenario of docs/known-bugs.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix lateabort-fix-61 lateabort-fix-510 smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix closeuaf-fix latedata-rfc latedata-rfc-510 chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix debug-closeuaf-window debug-closeuaf-window-fix debug-closeuaf-window-61 debug-closeuaf-window-61-fix debug-closeuaf-window-510 debug-closeuaf-window-510-fix"
+VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix lateabort-fix-61 lateabort-fix-510 smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix splicewait-fix closeuaf-fix latedata-rfc latedata-rfc-510 chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix debug-closeuaf-window debug-closeuaf-window-fix debug-closeuaf-window-61 debug-closeuaf-window-61-fix debug-closeuaf-window-510 debug-closeuaf-window-510-fix"
 # GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
 # driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
 # counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry
