@@ -37,7 +37,8 @@ from ismcheck import check_e2e
 # SMC_CLC_DECL_* (net/smc/smc_clc.h) the CHID cases can see.
 DECL_NOSMCD2DEV = 0x03030007   # no SMC-Dv2 device found
 DECL_PEERDECL = 0x05000000     # peer declined during handshake
-REASON_NAMES = {DECL_NOSMCD2DEV: "NOSMCD2DEV", DECL_PEERDECL: "PEERDECL"}
+DECL_NOSMCDEV = 0x03030000     # no SMC-D device found (5.10's decline for the same)
+REASON_NAMES = {DECL_NOSMCD2DEV: "NOSMCD2DEV", DECL_NOSMCDEV: "NOSMCDEV", DECL_PEERDECL: "PEERDECL"}
 
 # smcchid's phases: server port -> (client, server).
 PHASES = {12345: ("b", "a"), 12346: ("a", "b")}
@@ -208,16 +209,25 @@ def check_self(guests, emulators, conns, cross_smcd):
     return errors, summary
 
 
-def expected_fallback(side):
+def no_device_decline(server_line=None):
+    """The reason a server of kernel line server_line declines with when no SMC-Dv2 device
+    matches and v1 is not offered: NOSMCD2DEV (af_smc.c smc_find_ism_v2_device_serv stores
+    it, smc_find_ism_store_rc, 6.1 on); 5.10 keeps no reason there, and
+    smc_listen_find_device returns SMC_CLC_DECL_NOSMCDEV as the client offered no v1."""
+    return DECL_NOSMCDEV if server_line == "5.10" else DECL_NOSMCD2DEV
+
+
+def expected_fallback(side, server_line=None):
     """(reason, peer diagnosis) sock_diag shows for a connection the server declined.
 
-    Server: smc_listen_work -> smc_listen_decline(rc = NOSMCD2DEV) -> smc_switch_to_fallback
-    with that reason; it never received a decline, so its peer_diagnosis stays 0.
-    Client: smc_clc.c smc_clc_wait_msg turns the decline into SMC_CLC_DECL_PEERDECL and
-    keeps its reason as peer_diagnosis; af_smc.c smc_connect_decline_fallback falls back
-    with PEERDECL.
+    Server: smc_listen_work -> smc_listen_decline(rc = no_device_decline) ->
+    smc_switch_to_fallback with that reason; it never received a decline, so its
+    peer_diagnosis stays 0. Client: smc_clc.c smc_clc_wait_msg turns the decline into
+    SMC_CLC_DECL_PEERDECL and keeps its reason as peer_diagnosis; af_smc.c
+    smc_connect_decline_fallback falls back with PEERDECL.
     """
-    return (DECL_NOSMCD2DEV, 0) if side == "server" else (DECL_PEERDECL, DECL_NOSMCD2DEV)
+    why = no_device_decline(server_line)
+    return (why, 0) if side == "server" else (DECL_PEERDECL, why)
 
 
 # ---- what the run left ---------------------------------------------------------------
@@ -261,9 +271,11 @@ def hexlist(chids):
 
 
 # ---- the CHID cases ------------------------------------------------------------------
-def check_chid(guests, emulators, handshakes, conns_per_phase, loopback=False):
+def check_chid(guests, emulators, handshakes, conns_per_phase, loopback=False, lines=None):
     """(errors, summary): the run against the kernel's rules, phase by phase (loopback: both
-    guests' kernels have loopback-ism, loopback_offer)."""
+    guests' kernels have loopback-ism, loopback_offer; lines: {guest: kernel line}, for the
+    server's decline reason)."""
+    lines = lines or {}
     errors, phases = [], []
     by_gid = {gid: (name, emu["chid"], fn) for name, emu in emulators.items() for gid, fn in emu["gids"].items()}
     chosen_anywhere = set()
@@ -306,9 +318,9 @@ def check_chid(guests, emulators, handshakes, conns_per_phase, loopback=False):
                     errors.append(f"{conn}: accepted CHID {acc.get('chid', 0):#06x}, expected a decline")
                 if not dec:
                     errors.append(f"{conn}: no decline on the wire")
-                elif dec.get("diagnosis") != DECL_NOSMCD2DEV:
+                elif dec.get("diagnosis") != no_device_decline(lines.get(server)):
                     errors.append(f"{conn}: the decline says {reason_name(dec.get('diagnosis', 0))}, "
-                                  f"expected NOSMCD2DEV")
+                                  f"expected {reason_name(no_device_decline(lines.get(server)))}")
                 else:
                     ph["declines"].append(dec["diagnosis"])
             else:
@@ -337,8 +349,8 @@ def check_chid(guests, emulators, handshakes, conns_per_phase, loopback=False):
                 if want is None:
                     reason = int(c.get("reason", "0"), 16)
                     peer = int(c.get("peer_diag", "0"), 16)
-                    if c.get("mode") != "FALLBACK" or (reason, peer) != expected_fallback(side):
-                        wr, wp = expected_fallback(side)
+                    if c.get("mode") != "FALLBACK" or (reason, peer) != expected_fallback(side, lines.get(server)):
+                        wr, wp = expected_fallback(side, lines.get(server))
                         errors.append(f"{tag}: mode {c.get('mode')} reason {reason_name(reason)} peer_diag "
                                       f"{reason_name(peer)}, expected FALLBACK {reason_name(wr)} / {reason_name(wp)}")
                     continue
@@ -721,6 +733,7 @@ def main():
                     help="multi: a guest streamed to another (repeat); --conns connections each")
     ap.add_argument("--status", type=int, default=0, help="e2e: check_e2e.py's exit status")
     ap.add_argument("--line", type=pathlib.Path, help="also write the one line here")
+    ap.add_argument("--kernel-line", help="chid: both guests' kernel line (5.10 declines no-device with NOSMCDEV)")
     args = ap.parse_args()
     guests = {log.name.split(".")[0]: read_guest(log) for log in sorted(args.run_dir.glob("*.console.log"))}
     try:
@@ -744,7 +757,10 @@ def main():
         for g, v in sorted(guests.items()):
             if not v["passed"]:
                 errors.append(f"guest {g}: its program did not pass (ISMTEST: RESULT)")
-        more, phases = check_chid(guests, emulators, handshakes, args.conns, args.loopback)
+        lines = dict(x.split("=", 1) for x in args.guest_line)
+        kernel_lines = lines or ({g: args.kernel_line for pair in PHASES.values() for g in pair}
+                                 if args.kernel_line else {})
+        more, phases = check_chid(guests, emulators, handshakes, args.conns, args.loopback, kernel_lines)
         errors += more
         clc = None
         if args.loopback:
@@ -753,7 +769,6 @@ def main():
                                                                       else "peer")) in PHASES)
             more, clc = check_self(guests, emulators, args.conns, cross)
             errors += more
-        lines = dict(x.split("=", 1) for x in args.guest_line)
         if lines:
             if set(lines) != {g for pair in PHASES.values() for g in pair} or \
                     not set(lines.values()) <= set(SMC_RELEASE):

@@ -100,7 +100,8 @@ run_chid() {
     local case="$1" mode="$2" rc=0 emus=(A) more=() a_args=(fallback) b_args=(fallback)
     emu_start_named A "$CHID_A" "$3"
     [ "$4" = 0 ] || { emu_start_named B "$CHID_B" "$4"; emus+=(B); }
-    [ -z "${7:-}" ] || more=(--guest-line "a=$7" --guest-line "b=$8")
+    if [ -n "${7:-}" ]; then more=(--guest-line "a=$7" --guest-line "b=$8")
+    else more=(--kernel-line "$KERNEL"); fi
     case "$mode" in
         "") a_args=(); b_args=() ;;
         self) a_args=(self 10.0.0.1); b_args=(self 10.0.0.2); more+=(--loopback) ;;

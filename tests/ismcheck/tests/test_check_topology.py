@@ -484,5 +484,19 @@ class MultiCase(unittest.TestCase):
         self.assertTrue(any("(c's capture): accept v2 CHID 0x5678" in e for e in errors), errors)
 
 
+
+class NoDeviceDecline(unittest.TestCase):
+    """No common CHID, no v1: 6.1 on decline NOSMCD2DEV, 5.10 NOSMCDEV (it keeps no
+    reason for the v2 search: smc_listen_find_device)."""
+
+    def test_by_server_line(self):
+        self.assertEqual(ct.no_device_decline("6.12"), ct.DECL_NOSMCD2DEV)
+        self.assertEqual(ct.no_device_decline(None), ct.DECL_NOSMCD2DEV)
+        self.assertEqual(ct.no_device_decline("5.10"), ct.DECL_NOSMCDEV)
+        self.assertEqual(ct.expected_fallback("client", "5.10"),
+                         (ct.DECL_PEERDECL, ct.DECL_NOSMCDEV))
+        self.assertEqual(ct.expected_fallback("server", "6.1"), (ct.DECL_NOSMCD2DEV, 0))
+
+
 if __name__ == "__main__":
     unittest.main()
