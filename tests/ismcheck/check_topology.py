@@ -232,13 +232,19 @@ def expected_fallback(side, server_line=None):
 
 # ---- what the run left ---------------------------------------------------------------
 def read_guest(path):
-    """{pchids, registered, conns, passed} from one guest's console."""
-    g = {"pchids": {}, "registered": [], "conns": [], "passed": False}
+    """{pchids, names, registered, conns, passed} from one guest's console. names: the CHID
+    of each device by the name smc registered it under (7.x: the dibs device's, ism<uid>,
+    whose fabric id is the CHID; before 7.x the PCI function's, as in pchids)."""
+    g = {"pchids": {}, "names": {}, "registered": [], "conns": [], "passed": False}
     for line in path.read_text(errors="replace").splitlines():
         line = line.strip()
         m = ISMDEV_RE.match(line)
         if m:
             g["pchids"][m.group(1)] = int(m.group(2), 16)
+            g["names"][m.group(1)] = int(m.group(2), 16)
+        m = check_e2e.DIBS_RE.match(line)
+        if m and m.group(3).startswith("0x"):
+            g["names"][m.group(1)] = int(m.group(3), 16)
         m = SMCDEV_RE.match(line)
         if m:
             g["registered"].append(m.group(2))
@@ -286,13 +292,12 @@ def check_chid(guests, emulators, handshakes, conns_per_phase, loopback=False, l
             errors.append(f"{where}: no console of guest {client if cg is None else server}")
             continue
         if len(set(cg["pchids"].values())) == 1:
-            # One CHID: the order cannot matter (and 7.x names its devices after the dibs
-            # device, ism<uid>, not the PCI function: smc_ism.c smcd_register_dev).
+            # One CHID: the order cannot matter.
             offered = list(set(cg["pchids"].values()))
         else:
             if not cg["registered"]:
                 errors.append(f"{where}: guest {client} printed no SMCDEV lines (smc's registration order)")
-            offered = offer_order(cg["registered"], cg["pchids"])
+            offered = offer_order(cg["registered"], cg.get("names", cg["pchids"]))
         if loopback:
             offered = loopback_offer(offered)
         # The server's ISM functions only: its loopback-ism never reaches another guest.
@@ -562,7 +567,7 @@ def check_multi(guests, emulators, captures, ips, streams, conns):
         cg, sg = guests[client], guests[server]
         if not cg["registered"]:
             errors.append(f"{where}: guest {client} printed no SMCDEV lines (smc's registration order)")
-        offered = offer_order(cg["registered"], cg["pchids"])
+        offered = offer_order(cg["registered"], cg.get("names", cg["pchids"]))
         offered_by[client] = offered
         want = server_choice(offered, set(sg["pchids"].values()))
         if want is None:

@@ -500,3 +500,19 @@ class NoDeviceDecline(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DibsNames(unittest.TestCase):
+    """7.x registers its SMC-D devices under the dibs device's name (ism<uid>): the
+    console's DIBS lines give each one's CHID (fabric id), so the offer order holds."""
+
+    def test_offer_order_by_dibs_name(self):
+        d = pathlib.Path(tempfile.mkdtemp())
+        (d / "b.console.log").write_text(
+            "ISMTEST: ISMDEV 0002:00:00.0 uid=0x2 fid=0x00000002 pchid=0x5678 pft=0x05\n"
+            "ISMTEST: ISMDEV 0003:00:00.0 uid=0x3 fid=0x00000003 pchid=0x1234 pft=0x05\n"
+            "ISMTEST: DIBS ism2 gid=56780049-534d-0001-0000-000000000000 fabric_id=0x5678\n"
+            "ISMTEST: DIBS ism3 gid=12340049-534d-0001-0000-000000000000 fabric_id=0x1234\n"
+            "SMCDEV 1 ism3\nSMCDEV 2 ism2\n")
+        g = ct.read_guest(d / "b.console.log")
+        self.assertEqual(ct.offer_order(g["registered"], g["names"]), [B, A])
