@@ -494,17 +494,20 @@ def check_vlan_events(vlan, events, functions, silent=()):
     `silent` registered no VLAN at all (a server that accepted only v2: its listen path
     returns with the v2 device before it reads the VLAN, af_smc.c smc_listen_find_device)."""
     ok, notes = True, []
+
+    def kinds_of(fn):
+        return [e["kind"] for e in events if e.get("function") == fn and e.get("vlan_id") == vlan
+                and e.get("kind") in ("vlan_added", "vlan_deleted")]
+
     for fn in sorted(silent):
-        kinds = [e["kind"] for e in events if e.get("function") == fn and e.get("vlan_id") == vlan
-                 and e.get("kind") in ("vlan_added", "vlan_deleted")]
+        kinds = kinds_of(fn)
         if kinds:
             ok = False
             notes.append(f"{fn}: VLAN events {kinds}, expected none (it served SMC-Dv2 only)")
         else:
             notes.append(f"{fn}: no VLAN events (it served SMC-Dv2 only)")
     for fn in sorted(set(functions) - set(silent)):
-        kinds = [e["kind"] for e in events if e.get("function") == fn and e.get("vlan_id") == vlan
-                 and e.get("kind") in ("vlan_added", "vlan_deleted")]
+        kinds = kinds_of(fn)
         if kinds[:1] == ["vlan_added"] and kinds[-1:] == ["vlan_deleted"]:
             notes.append(f"{fn}: VLAN {vlan} {' then '.join(kinds)}")
         else:
