@@ -374,12 +374,12 @@ static int kernel_before(int major, int minor)
 	return ma < major || (ma == major && mi < minor);
 }
 
-static int read_sysctl(const char *name, long *v)
+/* The number at the start of a /proc file; -1 with errno if it cannot be read. */
+static int read_long(const char *path, long *v)
 {
-	char path[128], buf[64];
+	char buf[64];
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/sys/net/smc/%s", name);
 	f = fopen(path, "r");
 	if (!f)
 		return -1;
@@ -390,6 +390,14 @@ static int read_sysctl(const char *name, long *v)
 	fclose(f);
 	*v = strtol(buf, NULL, 0);
 	return 0;
+}
+
+static int read_sysctl(const char *name, long *v)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/proc/sys/net/smc/%s", name);
+	return read_long(path, v);
 }
 
 /* 0, or -1 with errno (a write() to a sysctl reports a bad value there). */
@@ -1198,19 +1206,6 @@ static unsigned int smcd_class(long want, unsigned int cap)
 	return size;
 }
 
-static long proc_long(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	long v = -1;
-
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
-
 static int one_bufsize(int force, long val, unsigned int want_snd, unsigned int want_rmb)
 {
 	int rc = R_FAIL_, l = -1, c = -1, s = -1;
@@ -1253,7 +1248,7 @@ static int t_bufsizes(void)
 {
 	static const long vals[] = { 10000, 16384, 16385, 32768, 65536, 131072, 262144, 524288, 1048576, 2097152 };
 	const unsigned int cap = kernel_before(6, 1) ? 1u << 19 : 1u << 20;
-	long wmax = proc_long("/proc/sys/net/core/wmem_max"), rmax = proc_long("/proc/sys/net/core/rmem_max");
+	long wmax = -1, rmax = -1;
 
 	for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
 		unsigned int size = smcd_class(vals[i], cap);
@@ -1262,7 +1257,8 @@ static int t_bufsizes(void)
 			return R_FAIL_;
 	}
 	/* without FORCE: the system's maxima (the kernel keeps min(val, max), doubled) */
-	if (wmax <= 0 || rmax <= 0) {
+	if (read_long("/proc/sys/net/core/wmem_max", &wmax) || read_long("/proc/sys/net/core/rmem_max", &rmax) ||
+	    wmax <= 0 || rmax <= 0) {
 		snprintf(g_why, sizeof(g_why), "cannot read net.core.wmem_max/rmem_max");
 		return R_FAIL_;
 	}
