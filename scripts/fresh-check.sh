@@ -14,7 +14,10 @@
 #   pass (it is always kept after a failure, for a look inside, until the next run),
 #   FRESH_ADOPT=1 moves the root's cache entries that $CACHE_DIR lacks into it after a
 #   pass (CI: the host's `make test` then reuses them instead of building them again),
-#   DEBIAN_MIRROR (see scripts/lib.sh).
+#   FRESH_HANDOVER_AFTER=CMD copies them there as soon as the command CMD (one of
+#   FRESH_COMMANDS) has passed and then creates $FRESH_DIR/handed-over (CI: a cold run's
+#   host starts what needs only QEMU and the default line while the root's later
+#   commands run), DEBIAN_MIRROR (see scripts/lib.sh).
 # Only HEAD is checked: uncommitted changes are not part of the clone.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 no_arguments "$@"
@@ -78,23 +81,45 @@ envs=(HOME=/root LANG=C.UTF-8 TERM=dumb USER=root
     "PATH=$SYSROOT/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 while IFS= read -r v; do envs+=("$v"); done < <(env | grep -E '^(PIP_[A-Z_]+|https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)=' || true)
 
-# adopt_cache FROM TO: moves every cache entry FROM has and TO lacks into TO. Entries
+# adopt_cache FROM TO [copy]: moves (or copies) every cache entry FROM has and TO lacks
+# into TO. Entries
 # (qemu/<key>, kernel/<result>, kernel/work/<version>, ...) are named after a hash or
 # version of their exact inputs, so what the fresh root built is what a build on the
 # host would build. Only the folders that hold entries are entered; an entry the host
-# has is never touched, nor one being written (*.tmp), a lock or a stamp.
+# has is never touched, nor one being written (*.tmp), a lock or a stamp. A copy is
+# made beside the entry and renamed into place, so that the host never sees half of one.
 adopt_cache() {
-    local from="$1" to="$2" rel="${3:-}" e name
+    local from="$1" to="$2" mode="${3:-move}" rel="${4:-}" e name
     for e in "$from"/*; do
         [ -e "$e" ] || continue
         name="${e##*/}"
         case "$name" in *.tmp|lock) continue ;; esac
+        # A copy hands over only the builds (QEMU, kernels, initramfs), never what the
+        # host may be filling itself meanwhile (downloads, tools, the private apt root).
+        if [ "$mode" = copy ]; then
+            case "$rel$name" in
+                qemu|kernel|kernel/work|initramfs)
+                    adopt_cache "$e" "$to/$name" copy "$rel$name/"; continue ;;
+                qemu/[0-9]*|kernel/*|initramfs/*) ;;
+                *) continue ;;
+            esac
+        fi
         if [ ! -e "$to/$name" ]; then
-            mkdir -p "$to" && mv -T "$e" "$to/$name" && printf '  adopted %s\n' "$rel$name" >&2
+            mkdir -p "$to"
+            if [ "$mode" = copy ]; then
+                rm -rf "$to/$name.handover.tmp"
+                if cp -a "$e" "$to/$name.handover.tmp" && mv -T "$to/$name.handover.tmp" "$to/$name"; then
+                    printf '  copied %s\n' "$rel$name" >&2
+                else
+                    rm -rf "$to/$name.handover.tmp"
+                fi
+            else
+                mv -T "$e" "$to/$name" && printf '  adopted %s\n' "$rel$name" >&2
+            fi
         else
             case "$rel$name" in
                 qemu|qemu/source|qemu/tools|kernel|kernel/work|initramfs)
-                    adopt_cache "$e" "$to/$name" "$rel$name/" ;;
+                    adopt_cache "$e" "$to/$name" "$mode" "$rel$name/" ;;
             esac
         fi
     done
@@ -119,6 +144,7 @@ in_root() {
 }
 
 : >"$FRESH_DIR/times.txt"
+rm -f "$FRESH_DIR/handed-over"
 IFS=';' read -r -a commands <<<"$FRESH_COMMANDS"
 for cmd in "${commands[@]}"; do
     log="$FRESH_DIR/$(tr -c 'A-Za-z0-9\n' '-' <<<"$cmd").log"
@@ -138,6 +164,12 @@ for cmd in "${commands[@]}"; do
     fi
     printf '%s\t%d s\n' "$cmd" "$took" | tee -a "$FRESH_DIR/times.txt"
     step "fresh-check: '$cmd' passed in $took s"
+    if [ "$cmd" = "${FRESH_HANDOVER_AFTER:-}" ]; then
+        # Between two commands nothing in the root writes its cache: the copy is whole.
+        step "fresh-check: copying the fresh root's cache entries to $CACHE_DIR (where it has none of the same inputs)"
+        adopt_cache "$ROOT/root/.cache/ism-emu" "$CACHE_DIR" copy
+        touch "$FRESH_DIR/handed-over"
+    fi
 done
 
 if [ "${FRESH_ADOPT:-0}" = 1 ]; then
