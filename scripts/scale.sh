@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# make scale: many guests on one emulator, one ISM function each, all attached at once
+# (real hardware gives a VCHID up to 255 functions): a benchmark, not a test.
+#
+# For each N of SCALE_GUESTS: one emulator with N functions (one CHID, one machine) and
+# N guests, paired on their own network links (10.0.P.1 serves 10.0.P.2); with N odd the
+# last guest talks to itself. Every guest runs smcsuite's stream (SCALE_BYTES) and then
+# seq (SCALE_CONNS short connections), all over SMC-D and checked byte for byte by
+# smctest. The host samples the emulator and the machine every SCALE_SAMPLE_S seconds.
+#
+# Prints one row per N: wall time; the emulator's CPU time, peak RSS, fds and threads; the
+# guests' QEMUs' RSS (at the host's peak); the host's memory in use at its peak (and
+# before the run); connections, how many were SMC-D on both sides and verified; and the
+# host's reuse verdict (observe summary --check). A row passes when every connection is
+# SMC-D and verified and the verdict is CLEAN or no reuse.
+#
+# Usage: scripts/scale.sh              (or: make scale GUESTS="32 64 128 255")
+# Environment: SCALE_GUESTS (32), SCALE_BYTES (2M), SCALE_CONNS (4), SCALE_SAMPLE_S (2),
+#   GUEST_MEM (128M), GUEST_SMP (1), GUEST_TIMEOUT (3600), SCALE_DIR (build/scale),
+#   KERNEL, VARIANT. Writes SCALE_DIR/results.txt (the table) and SCALE_DIR/N/ (logs,
+#   samples.txt). Exit status 0 if every row passed.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$REPO_ROOT/scripts/topology.sh"
+
+no_arguments "$@"
+SCALE_GUESTS="${SCALE_GUESTS:-32}"
+SCALE_BYTES="${SCALE_BYTES:-2M}"
+SCALE_CONNS="${SCALE_CONNS:-4}"
+SCALE_SAMPLE_S="${SCALE_SAMPLE_S:-2}"
+SCALE_DIR="${SCALE_DIR:-$BUILD_DIR/scale}"
+# Small guests: N of them share the host's memory, and the emulator maps all their RAM.
+export GUEST_MEM="${GUEST_MEM:-128M}" GUEST_SMP="${GUEST_SMP:-1}"
+# A guest of N gets about 2/N of a core while all boot: generous timeouts everywhere.
+export GUEST_TIMEOUT="${GUEST_TIMEOUT:-3600}"
+# No capture: 2 pcap writers per guest cost memory and fds and show nothing here.
+export GUEST_PCAP=off
+for n in $SCALE_GUESTS; do
+    [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 255 ] \
+        || die "SCALE_GUESTS: each N must be 2..255 (one VCHID's functions), got '$n'"
+done
+check_kernel_selection
+need_packages guests
+check_artefacts
+mkdir -p "$SCALE_DIR"
+# The emulator holds a few descriptors per function and QEMU a few per guest.
+ulimit -n "$(ulimit -Hn)"
+
+# smctest's own timeouts, for both sides: a guest may wait minutes for its peer to boot.
+WAITS="--connect-timeout=1800,--accept-timeout=1800,--io-timeout=300,--timeout=3300"
+TESTS="stream:--bytes=$SCALE_BYTES,$WAITS seq:--conns=$SCALE_CONNS,--bytes=64K,--rounds=2,--pause-ms=200,$WAITS"
+
+mem_kb() { awk -v k="$1" '$1 == k ":" {print $2}' /proc/meminfo; }
+proc_field() { awk -v k="$2" '$1 == k ":" {print $2}' "/proc/$1/status" 2>/dev/null; }
+
+# sampler: every SCALE_SAMPLE_S s one line "t mem_used_kb emu_rss_kb emu_fds emu_threads
+# qemu_rss_kb qemus" into RUN_DIR/samples.txt, until killed.
+sampler() {
+    local total t0=$SECONDS
+    total="$(mem_kb MemTotal)"
+    while :; do
+        local q
+        q="$(cat "$RUN_DIR"/*.qemu.pid 2>/dev/null | xargs -r ps -o rss= -p 2>/dev/null \
+            | awk '{s += $1; n++} END {print s + 0, n + 0}')"
+        printf '%s %s %s %s %s %s\n' $((SECONDS - t0)) $((total - $(mem_kb MemAvailable))) \
+            "$(proc_field "$EMU_PID" VmRSS)" \
+            "$(find "/proc/$EMU_PID/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" \
+            "$(proc_field "$EMU_PID" Threads)" "$q"
+        sleep "$SCALE_SAMPLE_S"
+    done >>"$RUN_DIR/samples.txt"
+}
+
+rows=() failed=()
+for n in $SCALE_GUESTS; do
+    topo_init "$SCALE_DIR/$n"
+    pairs=$((n / 2))
+    step "scale: $n guests ($pairs pairs$([ $((n % 2)) = 0 ] || echo ", one alone") of $GUEST_MEM, $GUEST_SMP vCPU) on one emulator, kernel $KERNEL ($VARIANT)"
+    base_kb=$(( $(mem_kb MemTotal) - $(mem_kb MemAvailable) ))
+    t0=$SECONDS
+    emu_start "$n"
+    sampler &
+    sampler_pid=$!
+    names=()
+    for ((p = 0; p < pairs; p++)); do
+        GUEST_NET="$RUN_DIR/net-$p.link" guest_start "s$p" "$RUN_DIR/ism$((2 * p)).sock" \
+            "10.0.$p.1/24" on smcsuite server "10.0.$p.1" $TESTS
+        GUEST_NET="$RUN_DIR/net-$p.link" guest_start "c$p" "$RUN_DIR/ism$((2 * p + 1)).sock" \
+            "10.0.$p.2/24" off smcsuite client "10.0.$p.1" $TESTS
+        names+=("s$p" "c$p")
+    done
+    if [ $((n % 2)) = 1 ]; then
+        GUEST_NET="$RUN_DIR/net-self.link" guest_start self "$RUN_DIR/ism$((n - 1)).sock" \
+            "10.0.200.1/24" on smcsuite self 10.0.200.1 $TESTS
+        names+=(self)
+    fi
+    ok=PASS
+    for g in "${names[@]}"; do guest_wait "$g" || ok=FAIL; done
+    wall=$((SECONDS - t0))
+    # The emulator's CPU time and peak RSS before it stops.
+    read -r utime stime < <(awk '{print $14, $15}' "/proc/$EMU_PID/stat")
+    emu_cpu="$(awk -v u="$utime" -v s="$stime" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", (u + s) / hz}')"
+    emu_hwm="$(proc_field "$EMU_PID" VmHWM)"
+    kill "$sampler_pid" 2>/dev/null; wait "$sampler_pid" 2>/dev/null || true
+    vst=0
+    observe summary --check >"$RUN_DIR/summary.txt" 2>&1 || vst=$?
+    verdict="$(grep -m1 '^VERDICT' "$RUN_DIR/summary.txt" | sed 's/^VERDICT:* *//')"
+    [ "$vst" = 0 ] || ok=FAIL
+    emu_stop || ok=FAIL
+    topo_cleanup
+    # Connections: each has a CONN line per side (self: both in one console); SMC-D and
+    # verified on both sides.
+    read -r conns smcd verified < <(cat "$RUN_DIR"/*.console.log | tr -d '\r' | awk '
+        /^CONN test=(stream|seq) / { n++; if (/ mode=SMCD /) s++; if (/ verify=ok/) v++ }
+        END { print n / 2, s / 2, v / 2 }')
+    expected=$(( (pairs + n % 2) * (1 + SCALE_CONNS) ))
+    [ "$conns" = "$expected" ] && [ "$smcd" = "$expected" ] && [ "$verified" = "$expected" ] || ok=FAIL
+    # Peaks from the samples: the host's memory in use, the emulator's fds and threads, and
+    # the QEMUs' RSS at the host's peak.
+    read -r host_peak_kb emu_fds emu_threads qemu_kb qemus < <(awk '
+        $2 > m { m = $2; q = $6; c = $7 } $4 > f { f = $4 } $5 > t { t = $5 }
+        END { print m + 0, f + 0, t + 0, q + 0, c + 0 }' "$RUN_DIR/samples.txt")
+    row="$(printf '%3d | %5d | %6s | %5d | %4d / %3d | %3d | %5.1f (%4.1f) | %3d/%3d/%3d | %s | %s' \
+        "$n" "$wall" "$emu_cpu" $((emu_hwm / 1024)) "$emu_fds" "$emu_threads" \
+        $(( qemus > 0 ? qemu_kb / qemus / 1024 : 0 )) \
+        "$(awk -v k="$host_peak_kb" 'BEGIN {printf "%.1f", k / 1048576}')" \
+        "$(awk -v k="$base_kb" 'BEGIN {printf "%.1f", k / 1048576}')" \
+        "$conns" "$smcd" "$verified" "${verdict:-none (status $vst)}" "$ok")"
+    rows+=("$row")
+    step "scale: $row (logs: $RUN_DIR)"
+    [ "$ok" = PASS ] || failed+=("$n")
+done
+
+{
+    echo "scale: kernel $KERNEL ($VARIANT), guests of $GUEST_MEM and $GUEST_SMP vCPU, stream $SCALE_BYTES + $SCALE_CONNS connections each, $(date -u +%Y-%m-%dT%H:%MZ)"
+    echo "  N | wall s | emu CPU s | emu peak RSS MiB | emu fds / threads | QEMU RSS MiB/guest | host GiB at peak (before) | conns/SMC-D/verified | reuse verdict | result"
+    printf '%s\n' "${rows[@]}"
+} | tee -a "$SCALE_DIR/results.txt"
+[ ${#failed[@]} -eq 0 ] || die "scale: failed for N = ${failed[*]} (logs: $SCALE_DIR/<N>)"
