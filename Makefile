@@ -27,7 +27,7 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test sources qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown bug-closeuaf bug-splicewait upstream hops coverage chaos lint clean \
+	scale bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown bug-closeuaf bug-splicewait upstream hops coverage chaos lint clean \
 	help install cli-check check-images
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
@@ -218,6 +218,13 @@ bench: ## the device's throughput table (cargo bench; every thread on one CPU un
 # (scripts/hops.sh, docs/performance.md "A waited store, hop by hop").
 hops: images emulator ## a waited store's round trip, hop by hop (QEMU trace + the device's hop log)
 	scripts/hops.sh
+
+# Many guests on one emulator, one function each, all attached at once, up to one VCHID's
+# 255 (scripts/scale.sh, docs/performance.md): a row per N of GUESTS with wall time, the
+# emulator's CPU and memory, the host's peak memory, connections and the reuse verdict.
+GUESTS ?= 32
+scale: images emulator ## many guests on one emulator (GUESTS="32 64 128 255"): time, memory, connections, reuse verdict
+	SCALE_GUESTS="$(GUESTS)" scripts/scale.sh
 
 # SMC-D against TCP between the same two guests: sockperf and iperf3 through smc_run, then
 # smcbench; both guest shapes (BENCH_SHAPES), waited moves (docs/performance.md). The

@@ -38,6 +38,9 @@
 #   --echo                also copy the console to stdout (ECHO=1)
 #   --timeout SECONDS     hard limit for the whole run (TIMEOUT; default 300)
 #   --mem SIZE            guest RAM (MEM; default 1G)    --smp N   vCPUs (SMP; default 2)
+#   --tb-size MB          TCG's translated-code cache (TB_SIZE; default QEMU's, up to 1 GiB,
+#                         touched as it fills): a host-side bound on QEMU's memory, which
+#                         many guests at once need (make scale); the guest sees no difference
 #   --socket-wait SECONDS how long to wait for ISM sockets to appear (SOCKET_WAIT; default 10)
 #   --qemu PATH           QEMU binary (QEMU; default $BUILD_DIR/qemu/bin/qemu-system-s390x)
 #   --pidfile PATH        QEMU writes its pid there (PIDFILE), e.g. to kill the guest hard
@@ -85,6 +88,7 @@ ECHO="${ECHO:-0}"
 TIMEOUT="${TIMEOUT:-300}"
 MEM="${MEM:-1G}"
 SMP="${SMP:-2}"
+TB_SIZE="${TB_SIZE:-}"
 SOCKET_WAIT="${SOCKET_WAIT:-10}"
 PIDFILE="${PIDFILE:-}"
 DRY_RUN=0
@@ -110,6 +114,7 @@ while [ $# -gt 0 ]; do
         --timeout) need_arg "$@"; TIMEOUT="$2"; shift 2 ;;
         --mem) need_arg "$@"; MEM="$2"; shift 2 ;;
         --smp) need_arg "$@"; SMP="$2"; shift 2 ;;
+        --tb-size) need_arg "$@"; TB_SIZE="$2"; shift 2 ;;
         --socket-wait) need_arg "$@"; SOCKET_WAIT="$2"; shift 2 ;;
         --qemu) need_arg "$@"; QEMU="$2"; shift 2 ;;
         --pidfile) need_arg "$@"; PIDFILE="$2"; shift 2 ;;
@@ -154,6 +159,7 @@ fi
 case "$X_ISM_POST" in on|off) ;; *) usage_error "--x-ism-post must be on or off" ;; esac
 [[ "$MEM" =~ ^[0-9]+[KMGT]?$ ]] || usage_error "--mem must be a size like 1G or 512M"
 [[ "$SMP" =~ ^[1-9][0-9]*$ ]] || usage_error "--smp must be a positive number"
+[ -z "$TB_SIZE" ] || [[ "$TB_SIZE" =~ ^[1-9][0-9]*$ ]] || usage_error "--tb-size must be a number of MiB"
 [[ "$SOCKET_WAIT" =~ ^[0-9]+$ ]] || usage_error "--socket-wait must be a number of seconds"
 [ -z "$MAC" ] || [[ "$MAC" =~ ^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$ ]] || usage_error "--mac $MAC is not a MAC address"
 [ -n "$MAC" ] || { [ "$NET_SERVER" = on ] && MAC=52:54:00:00:00:01 || MAC=52:54:00:00:00:02; }
@@ -174,7 +180,7 @@ mkdir -p "$(dirname "$CONSOLE_LOG")" "$(dirname "$QEMU_LOG")"
 
 # --- fill in the template
 declare -A V=(
-    [MEM]="$MEM" [SMP]="$SMP" [GUEST_KERNEL]="$GUEST_KERNEL" [GUEST_APPEND]="$GUEST_APPEND"
+    [MEM]="$MEM" [SMP]="$SMP" [TCG_OPTS]="${TB_SIZE:+,tb-size=$TB_SIZE}" [GUEST_KERNEL]="$GUEST_KERNEL" [GUEST_APPEND]="$GUEST_APPEND"
     [GUEST_INITRD]="$GUEST_INITRD" [CONSOLE_LOG]="$CONSOLE_LOG" [CHID]="$CHID"
     [NET_SOCK]="$NET_SOCK" [NET_MCAST_HOST]="$mcast_host" [NET_MCAST_PORT]="$mcast_port" [MAC]="$MAC" [ISM_UID]="" [ISM_SOCK]="" [X_ISM_POST]="$X_ISM_POST"
 )

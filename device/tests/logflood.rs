@@ -360,7 +360,8 @@ fn a_log_flood_into_a_stderr_nobody_reads_does_not_stall_another_functions_moves
     let flood = Flood::start(&emu);
     // The hostile functions' first lines fill the pipe at once.
     std::thread::sleep(Duration::from_millis(500));
-    let flooded = windows("stderr unread", bound, || measure(&mut victim, token));
+    // The flood is the device's own logging: no attack thread to pause for a control.
+    let (flooded, bound) = windows("stderr unread", bound, &mut victim, token, None);
     flood.stop();
 
     let more_than_the_pipe = |log: &str| log.len() > 2 * PIPE_SIZE as usize;

@@ -308,6 +308,26 @@ PY
     outcome "late data after the zeroing: ${late:-?} bytes; the next connection on a's DMB: $(grep -m1 '"function":"ism0".*"kind":"dmb_reused"' "$RUN_DIR/events.jsonl" | grep -oE '"(clean|stale_bytes)":[a-z0-9]+' | xargs)"
 }
 
+# known_reports NAME FILE (scripts/topology.sh's guest_reports calls it): in gid-disabled,
+# the untold side a may reach the known receive livelock (tests/bug/001; docs/
+# known-bugs.md, "The receive livelock"): b, told a's GID is gone, unregisters its DMB
+# without a word to a; a's next cursor update into it is refused by the device, which
+# sets a's local peer_conn_abort, and a's recv spins in smc_rx_recvmsg() for good (seen
+# on 5.10, about one run in five). Explained only with the whole premise: the device refused a move of a's
+# (ism0) to an unknown DMB token, every report is an RCU stall whose stack is a's recv in
+# smc_rx_recvmsg(), and the kernel is not one with the fix (rxabort-fix must end the read).
+known_reports() {
+    [ "$SCENARIO" = gid-disabled ] && [ "$1" = a ] || return 1
+    [[ "$VARIANT" != rxabort-fix* ]] || return 1
+    grep -qE '\] ism0 \(gid [^)]*\): move to .* rejected: unknown DMB token' "$RUN_DIR/emulator.log" || return 1
+    local counts
+    counts="$(awk '/^--- report [0-9]+ \(/ { n++; rcu[n] = /\(RCU stall\)/ }
+            /smc_rx_recvmsg/ { rx[n] = 1 }
+            END { m = 0; for (i = 1; i <= n; i++) if (rcu[i] && rx[i]) m++; print n + 0, m }' "$2")"
+    [ "${counts%% *}" -gt 0 ] && [ "${counts%% *}" = "${counts#* }" ] || return 1
+    echo "the known receive livelock (tests/bug/001; fixed by rxabort-fix): ${counts%% *} RCU stall report(s), a's recv spinning in smc_rx_recvmsg(), after the device refused a's cursor update into the DMB b had unregistered"
+}
+
 run_gid_disabled() {
     run_broken_stream "gid-disabled@ism1,peer=ism0" || return 1
     # b's kernel, told that a's GID is gone, kills its connections to a at once; a is
@@ -315,7 +335,22 @@ run_gid_disabled() {
     # (EPIPE or ECONNABORTED, depending on where the send was when the kill came)
     expect b_told_side_aborts "$RUN_DIR/b.console.log" '^SUMMARY test=stream side=client .*send: (Broken pipe|Software caused connection abort)'
     ended_within b_aborted_at_once b 10
-    expect a_untold_side_timed_out "$RUN_DIR/a.console.log" '^SUMMARY test=stream side=server .*recv: timed out'
+    if [ "${KNOWN_REPORTS_a:-0}" = 1 ]; then
+        # The known receive livelock (known_reports): a's read never ends by itself (its
+        # program's watchdog ends the phase), and a serves no new connection after it.
+        # What the scenario otherwise asserts of a and of the next handshake cannot hold.
+        outcome "a reached the known receive livelock: $(grep -c 'rcu_sched self-detected stall' "$RUN_DIR/a.console.log") RCU stall(s) in smc_rx_recvmsg(); $(grep -cE 'ism0 .*rejected: unknown DMB token' "$RUN_DIR/emulator.log") refused cursor update(s)"
+        record_check a_known_receive_livelock 0 "known bug reached: a's recv spun (tests/bug/001, fixed by rxabort-fix)"
+        fault_event '"fault":"gid-disabled@ism1,peer=ism0".*GID-disabled event'
+        return 0
+    fi
+    if [[ "$VARIANT" == rxabort-fix* ]]; then
+        # With the fix, a refused cursor update of a's ends its read with the abort.
+        expect a_untold_side_timed_out_or_aborted "$RUN_DIR/a.console.log" '^SUMMARY test=stream side=server .*recv: (timed out|Software caused connection abort|Connection reset by peer)'
+        ended_within a_read_ended a 40
+    else
+        expect a_untold_side_timed_out "$RUN_DIR/a.console.log" '^SUMMARY test=stream side=server .*recv: timed out'
+    fi
     # The next handshake: b proposes a new link group, a still has the old one with b's
     # GID: a CLC synchronization error (SYNCERR), which shows on either side (a's
     # accept() may get the connection as a fallback declined by its peer, b's connect()

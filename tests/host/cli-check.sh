@@ -103,6 +103,12 @@ run env BUILD_DIR="$WORK/build" SOAK_DIR="$WORK/soak" tests/device/soak.sh many 
 expect_rc 2 "soak.sh many bogus: an unknown scenario"
 run env BUILD_DIR="$WORK/build" BENCH_DIR="$WORK/bench" scripts/bench-guests.sh waited bogus
 expect_rc 2 "bench-guests.sh waited bogus: an unknown mode"
+run env BUILD_DIR="$WORK/build" SCALE_DIR="$WORK/scale" scripts/scale.sh extra
+expect_rc 2 "scale.sh extra: scale takes no arguments"
+run env BUILD_DIR="$WORK/build" SCALE_DIR="$WORK/scale" SCALE_GUESTS="32 256" scripts/scale.sh
+expect_rc 1 "scale.sh with N=256: more than one VCHID's functions"
+expect_in err "each N must be 2\.\.255" "scale.sh names the range of N"
+[ ! -e "$WORK/scale" ] && ok "scale.sh ran nothing before refusing N=256" || not_ok "scale.sh created $WORK/scale"
 run env BUILD_DIR="$WORK/build" scripts/demo.sh extra
 expect_rc 2 "demo.sh extra: demo takes no arguments"
 run scripts/fuzz.sh --can-run extra
@@ -127,7 +133,7 @@ for o in --kernel-src --kernel-config --kernel-image --modules-dir --topologies 
 done
 
 # run-guest.sh's options
-for bad in "--kernel" "--chid 0" "--chid 0x0" "--chid 0xff00" "--chid 1234" "--timeout soon" "--net-server maybe" "--mem lots" "--smp 0" "--mac 52:54" "--name a/b" \
+for bad in "--kernel" "--chid 0" "--chid 0x0" "--chid 0xff00" "--chid 1234" "--timeout soon" "--net-server maybe" "--mem lots" "--smp 0" "--tb-size 0" "--mac 52:54" "--name a/b" \
     "--ism /x.sock,chid=0xff00" "--ism /x.sock,chid=1234" "--ism /x.sock,vlan=2"; do
     # shellcheck disable=SC2086
     run env BUILD_DIR="$WORK/build" qemu-configs/run-guest.sh $bad
