@@ -137,9 +137,10 @@ observe_named() { local n="$1"; shift; "$EMU_BIN" observe --control "$RUN_DIR/$n
 # each), GUEST_NET_MCAST (GROUP:PORT instead: a hub on a UDP multicast group, any number
 # of guests, run-guest.sh --net-mcast; NET_SERVER is then unused) with GUEST_MAC (this
 # guest's MAC, unique on the hub), GUEST_MEM, GUEST_SMP and GUEST_TB_SIZE (run-guest.sh's
-# --mem, --smp and --tb-size), GUEST_APPEND_EXTRA (more kernel parameters, e.g. ismtest.verbose=1), GUEST_LINE
-# (this guest's kernel line instead of KERNEL, same VARIANT: `GUEST_LINE=5.10 guest_start
-# a ...`; its kernel and initramfs must be built, check_artefacts LINE).
+# --mem, --smp and --tb-size), GUEST_APPEND_EXTRA (more kernel parameters, e.g.
+# ismtest.verbose=1), GUEST_LINE (this guest's kernel line instead of KERNEL, same
+# VARIANT: `GUEST_LINE=5.10 guest_start a ...`; its kernel and initramfs must be built,
+# check_artefacts LINE).
 # GUEST_PCAP=off: no capture (bench-guests: a TCP phase at 100+ MB/s fills gigabytes, and
 # QEMU writes each frame on the guest's own host CPU, which would slow the TCP it measures).
 # GUEST_TRACE_EVENTS=FILE: QEMU traces the events FILE names into RUN_DIR/NAME.trace
