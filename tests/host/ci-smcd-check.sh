@@ -20,11 +20,21 @@ tree="$work/tree"
 out="$work/out"
 marker="ci_smcd_check=ism-emu dirty tree"
 
-src="$(debian_kernel_tree "$line")"
-src="$(realpath "$src")"
 step "ci-smcd-check: copying the $line tree to $tree (someone's tree)"
 rm -rf "$work"; mkdir -p "$work"
-cp -a "$src" "$tree"   # -a: the files keep their times, so the clean state is the same each run
+# The copy is taken under the tree's build lock: a build may be unpacking the tree, or
+# patching it for a variant (CI builds them in the background), and either leaves a copy
+# that is not Debian's tree. A variant applied since debian_kernel_tree looked: again.
+for attempt in 1 2 3; do
+    src="$(realpath "$(debian_kernel_tree "$line")")"
+    # -a: the files keep their times, so the clean state is the same each run
+    if flock -w 3600 "$(dirname "$src")/lock" bash -c \
+        '[ -z "$(cat "$1/applied" 2>/dev/null)" ] && cp -a "$2" "$3"' _ "$(dirname "$src")" "$src" "$tree"; then
+        break
+    fi
+    rm -rf "$tree"
+    [ "$attempt" -lt 3 ] || die "ci-smcd-check: the $line tree carried a variant's patches each time it was copied"
+done
 tree="$(realpath "$tree")"
 obj="$(custom_obj_dir "$tree")"
 
