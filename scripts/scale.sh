@@ -70,10 +70,7 @@ sampler() {
         local q
         q="$(cat "$RUN_DIR"/*.qemu.pid 2>/dev/null | xargs -r ps -o rss= -p 2>/dev/null \
             | awk '{s += $1; n++} END {print s + 0, n + 0}')"
-        printf '%s %s %s %s %s %s\n' $((SECONDS - t0)) $((total - $(mem_kb MemAvailable))) \
-            "$(proc_field "$EMU_PID" VmRSS)" \
-            "$(find "/proc/$EMU_PID/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" \
-            "$(proc_field "$EMU_PID" Threads)" "$q"
+        printf '%s %s %s %s\n' $((SECONDS - t0)) $((total - $(mem_kb MemAvailable))) "$(emu_stats)" "$q"
         sleep "$SCALE_SAMPLE_S"
     done >>"$RUN_DIR/samples.txt"
 }

@@ -91,6 +91,14 @@ emu_serve() {
     die "the emulator did not come up (see $dir/emulator.log)"
 }
 
+# emu_stats: "RSS_KB FDS THREADS" of the running emulator (fields it cannot read: empty;
+# the caller decides whether that is an error).
+emu_stats() {
+    local status="/proc/$EMU_PID/status" fds
+    fds="$(find "/proc/$EMU_PID/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)"
+    echo "$(awk '$1 == "VmRSS:" {print $2}' "$status" 2>/dev/null) $fds $(awk '$1 == "Threads:" {print $2}' "$status" 2>/dev/null)"
+}
+
 # emu_stop: SIGTERM, and check that it exited cleanly and removed its sockets.
 emu_stop() {
     [ -n "$EMU_PID" ] || return 0

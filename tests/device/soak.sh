@@ -87,15 +87,6 @@ forget_pid() {
 
 qemu_alive() { local pid; pid="$(cat "$RUN_DIR/$1.qemu.pid" 2>/dev/null)" && kill -0 "$pid" 2>/dev/null; }
 
-# emu_stats: "RSS_KB FDS THREADS" of the running emulator.
-emu_stats() {
-    local rss threads fds
-    rss="$(awk '/^VmRSS:/ {print $2}' "/proc/$EMU_PID/status")"
-    threads="$(awk '/^Threads:/ {print $2}' "/proc/$EMU_PID/status")"
-    fds="$(find "/proc/$EMU_PID/fd" -mindepth 1 -maxdepth 1 | wc -l)"
-    echo "$rss $fds $threads"
-}
-
 # first/last/max of a column of numbers on stdin.
 flm() { awk 'NR == 1 {f = $1} {l = $1; if ($1 > m) m = $1} END {printf "%s/%s/%s", f, l, m}'; }
 # max/p50 of a column of numbers on stdin.
