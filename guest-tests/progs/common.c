@@ -45,6 +45,8 @@ void usage(FILE *f)
 "  --pause-ms=N          pause between sequential connections, echo rounds or stream chunks (default 0)\n"
 "  --chunk=N[K]          client: bytes per send() in the stream phase (default 64K)\n"
 "  --hold-on-error=S     client: keep a connection that failed open S seconds before closing it (default 0)\n"
+"  --progress=N[K|M|G]   stream client: print \"PROGRESS test=.. idx=.. side=client bytes=..\" once, when N\n"
+"                        bytes are sent (a script waits for it before it acts on the flowing stream)\n"
 "  --close-after-send    stream client: close as soon as the stream is sent, wait for no result;\n"
 "                        the server then reads to end of file (a slow reader: --read-delay-ms)\n"
 "  --read-delay-ms=N     server: wait N ms after the hello before reading the stream (default 0)\n"
@@ -209,6 +211,9 @@ void parse_args(int argc, char **argv)
 			o->pause_ms = get_int(key, val, 0, 3600000);
 		} else if (!strcmp(key, "chunk")) {
 			o->chunk = get_int(key, val, 1, 64 << 10);
+		} else if (!strcmp(key, "progress")) {
+			if (parse_u64(val, &o->progress) || !o->progress || o->progress > (1ULL << 40))
+				die_usage("bad --progress '%s'", val);
 		} else if (!strcmp(key, "hold-on-error")) {
 			o->hold_on_error = get_int(key, val, 0, 3600);
 		} else if (!strcmp(key, "read-delay-ms")) {

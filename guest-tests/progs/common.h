@@ -42,6 +42,7 @@ struct opts {
 	int chunk;           /* stream: bytes per send(), 0 = 64 KiB */
 	int hold_on_error;   /* s: client keeps a failed connection open before close */
 	int close_after_send; /* stream client: close once the stream is sent (no result) */
+	uint64_t progress;   /* stream client: print one PROGRESS line once this many bytes are sent */
 	int read_delay_ms;   /* stream server: sleep before reading the stream */
 	int abandon_ms;      /* stream server: close unread after this many ms (0: read) */
 	int allow_fallback;  /* local testing only: TCP fallback is not an error */

@@ -725,6 +725,9 @@ static void client_conn(int idx)
 			     (unsigned long long)g_opt.bytes, err);
 			goto diag;
 		}
+		if (g_opt.progress && sent < g_opt.progress && sent + n >= g_opt.progress)
+			out_line("PROGRESS test=%s idx=%d side=client bytes=%llu", g_opt.test_name, idx,
+				 (unsigned long long)(sent + n));
 		sent += n;
 		if (g_opt.test == T_STREAM && g_opt.pause_ms)
 			sleep_ms(g_opt.pause_ms);

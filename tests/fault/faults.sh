@@ -28,6 +28,11 @@
 #                 that waits for it (nothing: it times out), and new connections work
 #   slow          every move of the sender delayed 300 us and every interrupt to the
 #                 receiver 5 ms: everything still passes
+#   probe-fail    b's first REG_SBA, REG_IEQ and ADD_VLAN_ID fail, one each: b's driver
+#                 fails two probes (each unwinding what it set up), the third gives a
+#                 device without SMC-Dv2 (TCP fallback, data intact); bound again, SMC-D
+#   unbind        b unbinds the ism driver from its function mid-stream: both sides' stream
+#                 ends at once (b's kernel tells a), and after b binds it again, SMC-D
 # (default: all). Every scenario also asserts the host's reuse verdict: CLEAN, or each
 # stale reuse and foreign CDC message explained by a known bug the scenario reaches
 # (tests/ismcheck/reuse_verdict.py). Environment: KERNEL, VARIANT, FAULTS_DIR (logs, default build/faults),
@@ -36,7 +41,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
 
 help_and_no_options "$@"
-ALL_SCENARIOS=(reg-dmb move-reject late-write late-data gid-disabled irq-drop irq-stall slow)
+ALL_SCENARIOS=(reg-dmb move-reject late-write late-data gid-disabled irq-drop irq-stall slow probe-fail unbind)
 scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=("${ALL_SCENARIOS[@]}")
 for s in "${scenarios[@]}"; do one_of scenario "$s" "${ALL_SCENARIOS[@]}"; done
@@ -409,6 +414,100 @@ run_irq_stall() {
     fault_event '"function":"ism1".*interrupt for token'
 }
 
+# The driver's probe of b's function, failed one step at a time by the host (ism_drv.c
+# ism_dev_init: REG_SBA, REG_IEQ, the reserved VLAN that tells SMC-Dv2). A failed
+# READ_GID is not among them: the driver then reports success for a probe it unwound
+# (docs/known-bugs.md section 15, make bug-readgid).
+run_probe_fail() {
+    EMU_EXTRA=(--fault "cmd=reg_sba@ism1,next=1" --fault "cmd=reg_ieq@ism1,next=1"
+        --fault "cmd=add_vlan_id@ism1,next=1")
+    pair_start probe-fail
+    pair_wait || failures=1
+    local b="$RUN_DIR/b.console.log"
+    # A failed probe leaves the function without a driver, and the bind says so; the
+    # second bind gives a device without SMC-Dv2 (the driver takes ADD_VLAN_ID's failure
+    # for a v1-only device).
+    expect b_boot_probe_failed "$b" '^FAULT: BOOT bound=no'
+    [ "$(grep -E '^FAULT: (BIND|UNBIND) ' "$b" | grep -oE 'rc=[0-9]+ bound=[a-z]+' | xargs)" = \
+        "rc=1 bound=no rc=0 bound=yes rc=0 bound=no rc=0 bound=yes" ]
+    record_check b_bind_sequence $? "bind, bind, unbind, bind: failed, bound; unbound, bound: $(grep -E '^FAULT: (BIND|UNBIND)' "$b" | tr -d '\r' | paste -sd ';')" || failures=1
+    # Each failed probe unwound what it had registered (ism_dev_init's error path).
+    python3 - "$RUN_DIR/trace.jsonl" >"$RUN_DIR/probe-cmds.txt" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    rec = json.loads(line)
+    cmd = rec.get("cmd")
+    name = cmd if isinstance(cmd, str) else (next(iter(cmd)) if isinstance(cmd, dict) and cmd else None)
+    if rec.get("op") == "cmd" and rec.get("f") == 1 and name in (
+            "reg_sba", "reg_ieq", "read_gid", "add_vlan_id", "unreg_sba", "unreg_ieq", "del_vlan_id"):
+        print(f"{name}={'ok' if rec.get('ret') == 0 else 'fail'}")
+PY
+    outcome "b's probe commands, in order: $(xargs <"$RUN_DIR/probe-cmds.txt")"
+    [ "$(head -n 8 "$RUN_DIR/probe-cmds.txt" | xargs)" = \
+        "reg_sba=fail reg_sba=ok reg_ieq=fail unreg_sba=ok reg_sba=ok reg_ieq=ok read_gid=ok add_vlan_id=fail" ]
+    record_check probes_unwound $? "the first three probes, as the device saw them: $(head -n 8 "$RUN_DIR/probe-cmds.txt" | xargs)" || failures=1
+    # Without SMC-Dv2 and without a PNET ID b has no SMC-D to offer: the connection falls
+    # back, its data intact; bound again, b offers v2 and connects over SMC-D.
+    expect b_nov2_fell_back "$b" '^CONN test=seq idx=0 side=client mode=FALLBACK .*verify=ok'
+    outcome "b without SMC-Dv2: $(conn_line b seq 0 | grep -oE '(mode|reason_name|peer_diag_name)=[^ ]+' | xargs)"
+    local g
+    for g in a b; do
+        expect "${g}_then_smcd" "$RUN_DIR/$g.console.log" '^SUMMARY test=seq side=[a-z]+ conns=2 smcd=2 fallback=0 notfound=0 failed=0 '
+    done
+    fault_event '"fault":"cmd=reg_ieq@ism1'
+}
+
+# b unbinds the ism driver from its function while its stream to a flows.
+run_unbind() {
+    EMU_EXTRA=()
+    pair_start unbind
+    # Both ends are watched from b's unbind on (b's console says when).
+    local start="" g took_a="" took_b=""
+    local t0=$SECONDS
+    while [ -z "$took_a" ] || [ -z "$took_b" ]; do
+        if [ -z "$start" ] && grep -qE '^FAULT: UNBIND ' "$RUN_DIR/b.console.log" 2>/dev/null; then start=$SECONDS; fi
+        if [ -n "$start" ]; then
+            for g in a b; do
+                local var="took_$g"
+                [ -z "${!var}" ] || continue
+                grep -qE '^FAULT: PHASE live rc=' "$RUN_DIR/$g.console.log" 2>/dev/null \
+                    && printf -v "$var" '%s' $((SECONDS - start))
+            done
+        fi
+        [ $((SECONDS - t0)) -lt 240 ] || break
+        sleep 0.5
+    done
+    pair_wait || failures=1
+    local b="$RUN_DIR/b.console.log"
+    expect b_unbound "$b" '^FAULT: UNBIND [^ ]+ rc=0 bound=no'
+    expect b_bound_again "$b" '^FAULT: BIND [^ ]+ rc=0 bound=yes'
+    for g in a b; do
+        local var="took_$g"
+        expect "${g}_stream_broken" "$RUN_DIR/$g.console.log" '^FAULT: PHASE live rc=[1-9][0-9]*[[:space:]]*$'
+        # Not by an I/O timeout (20 s): b's kernel kills its connections and signals a
+        # (smc_lgr_cleanup's shutdown event), whose kernel kills its own.
+        [ -n "${!var}" ] && [ "${!var}" -le 15 ]
+        record_check "${g}_stream_ended_at_once" $? "$g's stream ended ${!var:-never} s after b's unbind (limit 15 s)" || failures=1
+        outcome "$g ended ${!var:-never} s after the unbind: $(grep -E '^SUMMARY test=stream' "$RUN_DIR/$g.console.log" | grep -oE 'first_error=.*' | cut -c1-150)"
+        expect "${g}_then_smcd" "$RUN_DIR/$g.console.log" '^SUMMARY test=seq side=[a-z]+ conns=2 smcd=2 fallback=0 notfound=0 failed=0 '
+    done
+    # The driver's remove path: the device saw b's SBA and event queue unregistered, and
+    # registered again by the next probe.
+    python3 - "$RUN_DIR/trace.jsonl" >"$RUN_DIR/remove-cmds.txt" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    rec = json.loads(line)
+    cmd = rec.get("cmd")
+    name = cmd if isinstance(cmd, str) else (next(iter(cmd)) if isinstance(cmd, dict) and cmd else None)
+    if rec.get("op") == "cmd" and rec.get("f") == 1 and name in ("reg_sba", "reg_ieq", "unreg_sba", "unreg_ieq", "del_vlan_id"):
+        print(f"{name}={'ok' if rec.get('ret') == 0 else 'fail'}")
+PY
+    outcome "b's device commands: $(xargs <"$RUN_DIR/remove-cmds.txt")"
+    grep -qx 'unreg_ieq=ok' "$RUN_DIR/remove-cmds.txt" && grep -qx 'unreg_sba=ok' "$RUN_DIR/remove-cmds.txt" \
+        && [ "$(grep -c '^reg_sba=ok' "$RUN_DIR/remove-cmds.txt")" = 2 ]
+    record_check b_removed_and_probed_again $? "b's SBA and event queue unregistered, then registered again: $(xargs <"$RUN_DIR/remove-cmds.txt")" || failures=1
+}
+
 # host_reuse_verdict: the host's verdict on every DMB reuse of the scenario must be
 # CLEAN (or no reuse), or every stale reuse and foreign CDC message explained by a known
 # kernel bug the scenario reaches (tests/ismcheck/reuse_verdict.py, docs/faults.md "The host's
@@ -432,7 +531,7 @@ failed=()
 run_dirs=()
 for SCENARIO in "${scenarios[@]}"; do
     case "$SCENARIO" in
-        reg-dmb | move-reject | late-write | late-data | gid-disabled | irq-drop | irq-stall | slow) ;;
+        reg-dmb | move-reject | late-write | late-data | gid-disabled | irq-drop | irq-stall | slow | probe-fail | unbind) ;;
         *) die "unknown scenario '$SCENARIO' (${ALL_SCENARIOS[*]})" ;;
     esac
     topo_init "$FAULTS_DIR/$SCENARIO-$(kernel_suffix)"
