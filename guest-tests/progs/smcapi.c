@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1870,6 +1871,249 @@ static int smcd_stats(struct nl *nl, struct tech *t, struct dump *d)
 	return 0;
 }
 
+/* ==================================================================================== */
+/* hsabort: clients that give up in the middle of the handshake. A non-blocking connect
+ * closed at once: smc_release() aborts the TCP socket of a connect still in SMC_INIT
+ * (tcp_abort), so the server's listen work reads no CLC proposal and drops the
+ * connection (af_smc.c smc_listen_decline -> smc_listen_out_err, which counts a server
+ * handshake error). The application's view: the listener hands out nothing that carries
+ * data, each connection it does hand out ends at once, and the next client gets SMC-D. */
+
+#define HSABORT_TRIES 6 /* below listen_on()'s backlog of 8 */
+
+/* SMC_GEN_STATS's SMC_NLA_STATS_SRV_HS_ERR_CNT, or -1 where there is no such family */
+static long long srv_hs_errors(void)
+{
+	struct nl nl = { .g = { .fd = -1 } };
+	struct dump d = { 0 };
+	struct genl_attr st[8];
+	long long v = -1;
+
+	if (kernel_before(6, 1) || nl_open(&nl, "SMC_GEN_NETLINK"))
+		goto out;
+	if (nl_dump(&nl, 7 /* SMC_NETLINK_GET_STATS */, &d) == 0 && d.n >= 1 &&
+	    nested(&d, 0, 7 /* SMC_GEN_STATS */, st, 8) == 0 && st[4].data)
+		v = (long long)genl_uint(&st[4]);
+out:
+	dump_free(&d);
+	if (nl.g.fd >= 0)
+		nl_close(&nl);
+	g_why[0] = 0;
+	return v;
+}
+
+/* accept on a non-blocking listener within secs: a connection its handshake lost is
+ * dequeued and dropped by smc_accept (the listener polled readable for nothing), so
+ * poll and accept again until the time is up; -1 with errno ETIMEDOUT then */
+static int accept_live(int lfd, int secs)
+{
+	double end = now_s() + secs;
+	int fd;
+
+	do {
+		fd = accept_within(lfd, 1);
+		if (fd >= 0 || (errno != EAGAIN && errno != ETIMEDOUT))
+			return fd;
+	} while (now_s() < end);
+	errno = ETIMEDOUT;
+	return -1;
+}
+
+static int t_hsabort(void)
+{
+	int rc = R_FAIL_, l = -1, c = -1, s = -1, port = g_port++, handed = 0;
+	long long before = srv_hs_errors(), after;
+	unsigned char b[16];
+
+	l = smc_sock();
+	CHECK(l >= 0, "socket: %s", strerror(errno));
+	CHECK(listen_on(l, port) == 0, "listen: %s", strerror(errno));
+	CHECK(fcntl(l, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK: %s", strerror(errno));
+	for (int i = 0; i < HSABORT_TRIES; i++) {
+		c = smc_sock();
+		CHECK(c >= 0, "socket: %s", strerror(errno));
+		CHECK(fcntl(c, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK: %s", strerror(errno));
+		CHECK(connect_to(c, port) < 0 && errno == EINPROGRESS,
+		      "non-blocking connect %d: %s, expected EINPROGRESS", i, strerror(errno));
+		closefd(&c);
+	}
+	/* Whatever the listener still hands out (a connection whose proposal went out before
+	 * the abort) must end without data, never block. */
+	while ((s = accept_live(l, 3)) >= 0) {
+		ssize_t n = recv(s, b, sizeof(b), 0);
+
+		CHECK(n == 0 || (n < 0 && (errno == ECONNRESET || errno == ECONNABORTED || errno == EPIPE)),
+		      "a connection its client closed during the handshake: recv %zd (%s), expected EOF or a reset",
+		      n, n < 0 ? strerror(errno) : "bytes");
+		closefd(&s);
+		CHECK(++handed <= HSABORT_TRIES, "the listener handed out more connections than were made");
+	}
+	after = srv_hs_errors();
+	if (before >= 0)
+		CHECK(after >= before && after - before <= HSABORT_TRIES,
+		      "server handshake errors went from %lld to %lld over %d aborted connections", before, after,
+		      HSABORT_TRIES);
+	err_line("hsabort: %d of %d aborted connections handed out, server handshake errors %lld -> %lld", handed,
+		 HSABORT_TRIES, before, after);
+	/* the listener still works: the next client gets SMC-D, intact */
+	c = smc_sock();
+	CHECK(c >= 0, "socket: %s", strerror(errno));
+	CHECK(connect_to(c, port) == 0, "connect after the aborted ones: %s", strerror(errno));
+	s = accept_live(l, 20);
+	CHECK(s >= 0, "accept after the aborted ones: %s", strerror(errno));
+	if (expect_smcd(c, "client after the aborted handshakes", NULL) ||
+	    expect_smcd(s, "server after the aborted handshakes", NULL) || exchange(c, s, 95, 20000))
+		goto out;
+	rc = R_OK_;
+out:
+	return close3(rc, &l, &c, &s);
+}
+
+/* ==================================================================================== */
+/* trace: net/smc's tracepoints (smc_tracepoint.h, 5.15+) switched on through tracefs.
+ * What they say of an SMC-D connection must add up: per socket, the bytes of its
+ * smc_tx_sendmsg events are the bytes it sent, of its smc_rx_recvmsg events the bytes it
+ * read; an SMC-D connection has no link, so dev= is empty; a fallback is one
+ * smc_switch_to_fallback event with the reason sock_diag gives. */
+
+#define TRACEFS "/sys/kernel/tracing"
+
+static int tracefs_write(const char *rel, const char *val)
+{
+	char path[128];
+	int fd, ok;
+
+	snprintf(path, sizeof(path), TRACEFS "/%s", rel);
+	fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ok = write(fd, val, strlen(val)) == (ssize_t)strlen(val);
+	close(fd);
+	return ok ? 0 : -1;
+}
+
+/* per traced socket: its pointer as the trace prints it, bytes sent and read */
+struct traced {
+	char ptr[24];
+	unsigned long long tx, rx;
+	int events, devs;
+};
+
+static struct traced *traced_of(struct traced *t, int *n, int max, const char *ptr)
+{
+	for (int i = 0; i < *n; i++)
+		if (!strcmp(t[i].ptr, ptr))
+			return &t[i];
+	if (*n >= max)
+		return NULL;
+	memset(&t[*n], 0, sizeof(t[*n]));
+	snprintf(t[*n].ptr, sizeof(t[*n].ptr), "%s", ptr);
+	return &t[(*n)++];
+}
+
+static int t_trace(void)
+{
+	static const size_t sends[] = { 1000, 2000, 3000 };
+	int rc = R_FAIL_, l = -1, c = -1, s = -1, n = 0, fallbacks = 0;
+	long fb_rsn = 0;
+	struct traced t[8];
+	struct stat st;
+	char line[512];
+	FILE *f = NULL;
+	uint64_t off = 0;
+
+	if (stat(TRACEFS "/events", &st) && mount("tracefs", TRACEFS, "tracefs", 0, NULL)) {
+		snprintf(g_why, sizeof(g_why), "mount tracefs: %s", strerror(errno));
+		return R_FAIL_;
+	}
+	if (stat(TRACEFS "/events/smc", &st)) {
+		snprintf(g_why, sizeof(g_why), "no events/smc in tracefs (net/smc's tracepoints are 5.15+)");
+		return R_SKIP_;
+	}
+	CHECK(tracefs_write("tracing_on", "0") == 0 && tracefs_write("trace", "") == 0 &&
+	      tracefs_write("events/smc/enable", "1") == 0 && tracefs_write("tracing_on", "1") == 0,
+	      "switching the smc events on: %s", strerror(errno));
+	if (smc_pair(&c, &s) || expect_smcd(c, "client", NULL))
+		goto out;
+	for (size_t i = 0; i < sizeof(sends) / sizeof(sends[0]); i++) {
+		if (send_pat(c, 96, off, sends[i]))
+			goto out;
+		off += sends[i];
+	}
+	if (recv_pat(s, 96, 0, off) || send_pat(s, 97, 0, 500) || recv_pat(c, 97, 0, 500))
+		goto out;
+	closefd(&c);
+	closefd(&s);
+	/* an SMC client to a TCP listener: one fallback */
+	l = tcp_sock();
+	c = smc_sock();
+	CHECK(l >= 0 && c >= 0, "socket: %s", strerror(errno));
+	if (pair_up(&l, &c, &s, g_port++) || expect_fallback(c, "SMC client to a TCP listener", DECL_PEERNOSMC) ||
+	    exchange(c, s, 98, 4000))
+		goto out;
+	CHECK(tracefs_write("events/smc/enable", "0") == 0 && tracefs_write("tracing_on", "0") == 0,
+	      "switching the smc events off: %s", strerror(errno));
+
+	f = fopen(TRACEFS "/trace", "re");
+	CHECK(f != NULL, "open trace: %s", strerror(errno));
+	while (fgets(line, sizeof(line), f)) {
+		char ptr[24] = "", dev[64] = "";
+		unsigned long long net, len;
+		const char *p;
+		struct traced *x;
+		int tx;
+
+		if (line[0] == '#')
+			continue;
+		if ((p = strstr(line, "smc_switch_to_fallback: "))) {
+			const char *r = strstr(p, "fallback_rsn=");
+
+			CHECK(r != NULL, "a fallback event without its reason: %s", line);
+			fb_rsn = strtol(r + 13, NULL, 10);
+			fallbacks++;
+			continue;
+		}
+		tx = strstr(line, "smc_tx_sendmsg: ") != NULL;
+		if (!tx && !strstr(line, "smc_rx_recvmsg: "))
+			continue;
+		p = strstr(line, "smc=");
+		CHECK(p && sscanf(p, "smc=%23s net=%llu len=%llu dev=%63s", ptr, &net, &len, dev) >= 3,
+		      "a message event in another form: %s", line);
+		x = traced_of(t, &n, 8, ptr);
+		CHECK(x != NULL, "more than 8 sockets in the trace");
+		if (tx)
+			x->tx += len;
+		else
+			x->rx += len;
+		x->events++;
+		x->devs += dev[0] != 0;
+	}
+	/* the SMC-D pair: c sent 6000 and read 500, s the other way; the fallback sends
+	 * over TCP, without these events */
+	CHECK(n == 2, "%d sockets in the smc_tx_sendmsg/smc_rx_recvmsg events, expected the SMC-D pair's 2", n);
+	if (t[0].tx != off) {
+		struct traced tmp = t[0];
+
+		t[0] = t[1];
+		t[1] = tmp;
+	}
+	CHECK(t[0].tx == off && t[0].rx == 500 && t[1].tx == 500 && t[1].rx == off,
+	      "the events' bytes per socket: %s tx %llu rx %llu, %s tx %llu rx %llu; expected tx %llu rx 500 and tx 500 "
+	      "rx %llu",
+	      t[0].ptr, t[0].tx, t[0].rx, t[1].ptr, t[1].tx, t[1].rx, (unsigned long long)off,
+	      (unsigned long long)off);
+	CHECK(t[0].devs == 0 && t[1].devs == 0, "an SMC-D message event names a device (SMC-D has no link)");
+	CHECK(fallbacks == 1 && (uint32_t)fb_rsn == DECL_PEERNOSMC,
+	      "%d smc_switch_to_fallback events (last reason 0x%08x), expected 1 with 0x%08x", fallbacks,
+	      (uint32_t)fb_rsn, DECL_PEERNOSMC);
+	rc = R_OK_;
+out:
+	if (f)
+		fclose(f);
+	tracefs_write("events/smc/enable", "0");
+	return close3(rc, &l, &c, &s);
+}
+
 static int t_netlink(void)
 {
 	int rc = R_FAIL_, c = -1, s = -1, e, found;
@@ -2336,6 +2580,8 @@ static const struct subtest g_tests[] = {
 	{ "fallback", t_fallback, 1 },
 	{ "ipproto", t_ipproto, 1 },
 	{ "unaccepted", t_unaccepted, 1 },
+	{ "hsabort", t_hsabort, 1 },
+	{ "trace", t_trace, 1 },
 	{ "netlink", t_netlink, 1 },
 	{ "pnet", t_pnet, 1 },
 	{ "sysctl", t_sysctl, 1 },
