@@ -18,6 +18,10 @@
 #   vlan   the same over an 802.1Q interface (VLAN 39) on both guests: the handshakes
 #          tagged on the wire, each function registers VLAN 39 with the device and,
 #          when the guest unloads smc, releases it
+#   idle   (only when named: 12 minutes) two connections, then both guests idle with
+#          their link group: net/smc frees it 10 minutes after the last connection
+#          (smc_lgr_free_work), and the host sees every DMB of both sides unregistered
+#          then, not before and not only at power-off
 # Environment: KERNEL (5.10 | 6.1 | 6.12 | 7.2 | 7.3), VARIANT (stock | prezero | nozero), TESTS (the
 # smcsuite tests, default "echo stream seq concurrent"), GUEST_TIMEOUT (s, default 600),
 # E2E_DIR (logs, default build/e2e), RESULTS_DIR and RESULTS_NAME (the KTAP and JUnit
@@ -34,7 +38,7 @@ source "$REPO_ROOT/scripts/topology.sh"
 help_and_no_options "$@"
 topologies=("$@")
 [ ${#topologies[@]} -gt 0 ] || topologies=(two self crash api v1 vlan)
-for topo in "${topologies[@]}"; do one_of topology "$topo" two self crash api v1 vlan; done
+for topo in "${topologies[@]}"; do one_of topology "$topo" two self crash api v1 vlan idle; done
 check_kernel_selection
 need_packages guests   # python3: check_e2e.py
 E2E_DIR="${E2E_DIR:-$BUILD_DIR/e2e}"
@@ -140,6 +144,48 @@ run_crash() {
     return $ok
 }
 
+# A link group outlives its last connection by 10 minutes (net/smc smc_core.c:
+# SMC_LGR_FREE_DELAY_SERV; the client's is 10 s longer); then smc_lgr_free_work frees it:
+# the server's kernel signals the peer (a shutdown event) and both unregister their DMBs.
+# The guests stay up IDLE_SECS after their connections, well past that.
+LGR_FREE_DELAY=600
+IDLE_SECS="${IDLE_SECS:-700}"
+
+run_idle() {
+    emu_start 2
+    local ok=0
+    GUEST_TIMEOUT=$((IDLE_SECS + 300)) guest_start a "$RUN_DIR/ism0.sock" 10.0.0.1/24 on smcidle server 10.0.0.1 "$IDLE_SECS"
+    GUEST_TIMEOUT=$((IDLE_SECS + 300)) guest_start b "$RUN_DIR/ism1.sock" 10.0.0.2/24 off smcidle client 10.0.0.1 "$IDLE_SECS"
+    guest_wait a || ok=1
+    guest_wait b || ok=1
+    # (both guests have ended: the event writer has flushed every line)
+    python3 - "$RUN_DIR/events.jsonl" "$LGR_FREE_DELAY" >"$RUN_DIR/idle.txt" <<'PY'
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1])]
+delay = int(sys.argv[2])
+closed = [e["time_us"] for e in events if e["kind"] == "conn_closed"]
+if not closed:
+    print("no connection closed"); sys.exit(1)
+last = max(closed)
+ok = True
+for fn in ("ism0", "ism1"):
+    reg = {e["token"] for e in events if e["kind"] == "dmb_registered" and e["function"] == fn}
+    unreg = {e["token"]: (e["time_us"] - last) / 1e6 for e in events
+             if e["kind"] == "dmb_unregistered" and e["function"] == fn}
+    after = sorted(unreg.values())
+    print(f"{fn}: {len(reg)} DMBs registered, unregistered {', '.join(f'{s:.1f}' for s in after) or 'never'} s after the last close")
+    # every DMB kept while the link group idles, all of them freed with it
+    if not reg or set(unreg) != reg:
+        print(f"  {fn}: not every DMB unregistered"); ok = False
+    elif not all(delay - 10 <= s <= delay + 40 for s in after):
+        print(f"  {fn}: outside [{delay - 10}, {delay + 40}] s"); ok = False
+sys.exit(0 if ok else 1)
+PY
+    record_check lgr_freed_after_idle $? "$(cat "$RUN_DIR/idle.txt")" || ok=1
+    cat "$RUN_DIR/idle.txt"
+    return $ok
+}
+
 # The run's trace, replayed offline (ism-emu replay), must give the live event stream
 # line for line and the live snapshot's DMBs; its size per MB moved goes to trace-size.
 check_replay() {
@@ -191,6 +237,7 @@ for topo in "${topologies[@]}"; do
             run_api || rc=1
             EMU_EXTRA=() ;;
         crash) run_crash || rc=1 ;;
+        idle) run_idle || rc=1 ;;
         v1) run_v1 || rc=1 ;;
         vlan) run_v1 "$V1_VLAN" || rc=1 ;;
         *) die "unknown topology '$topo'" ;;   # refused above
