@@ -7,13 +7,17 @@ of net/smc, the ism driver and dibs on its console at its end. This script
   collect --console LOG --name NAME --out DIR
       takes them off one console log into DIR/<stamp>-<NAME>/ (run-guest.sh calls it
       when COVERAGE_DIR is set);
-  report --column LABEL=DIR [--column ...] --build BUILD_DIR --out OUT [--reasons FILE]
-      merges every guest of each column (one kernel each) with the cross toolchain's
+  report --column LABEL=DIR[,DIR...] [--column ...] --build BUILD_DIR --out OUT
+         [--reasons FILE] [--beyond LABEL]
+      merges every guest of each column's folders (one kernel a column) with the cross toolchain's
       gcov, and writes, per column, OUT/<LABEL>/lcov.info, OUT/<LABEL>/summary.json and
       an HTML report (genhtml, OUT/<LABEL>/html); the first column's summary is also
       OUT/summary.json. Prints one table, a row per source file and a column per
       LABEL, then the totals (also as Markdown: OUT/table.md), and writes the first column's functions that no guest
-      reached, each with its reason from FILE, to OUT/never-reached.md.
+      reached, each with its reason from FILE, to OUT/never-reached.md. With --beyond
+      LABEL it also prints, per other column of the same kernel, how many lines of the
+      ism driver and net/smc that column reached and LABEL did not (the lines only the
+      faults reach, say), each column's list in OUT/<column>/beyond-LABEL.md.
 
 docs/coverage.md says how to read it.
 """
@@ -148,6 +152,31 @@ class Counts:
             for fn in f.get("functions", []):
                 key = (fn.get("demangled_name") or fn["name"], fn["start_line"])
                 funcs[key] = funcs.get(key, 0) + fn["execution_count"]
+
+    def merge(self, other):
+        """Adds another column's sums (the same kernel's lines) to this one."""
+        for rel, lines in other.lines.items():
+            mine = self.lines.setdefault(rel, {})
+            for ln, c in lines.items():
+                mine[ln] = mine.get(ln, 0) + c
+        for rel, funcs in other.funcs.items():
+            mine = self.funcs.setdefault(rel, {})
+            for key, c in funcs.items():
+                mine[key] = mine.get(key, 0) + c
+        for rel, owned in other.func_lines.items():
+            mine = self.func_lines.setdefault(rel, {})
+            for name, lines in owned.items():
+                mine.setdefault(name, set()).update(lines)
+        self.guests += other.guests
+
+    def hit_lines(self, rel):
+        return {ln for ln, c in self.lines.get(rel, {}).items() if c > 0}
+
+    def function_of(self, rel, line):
+        for name, lines in self.func_lines.get(rel, {}).items():
+            if line in lines:
+                return name
+        return None
 
     def figures(self, rel):
         lines = self.lines.get(rel, {})
@@ -328,20 +357,95 @@ def never_reached(counts, rules):
     return rows
 
 
-def cmd_report(args):
+def parse_columns(specs):
+    """--column LABEL=DIR[,DIR...]: (label, [dirs]) in order."""
     columns = []
-    for spec in args.column:
-        label, _, raw = spec.partition("=")
-        if not raw:
-            sys.exit(f"coverage: --column wants LABEL=DIR, not {spec}")
-        columns.append((label, raw))
+    for spec in specs:
+        label, _, raws = spec.partition("=")
+        dirs = [d for d in raws.split(",") if d]
+        if not label or not dirs:
+            sys.exit(f"coverage: --column wants LABEL=DIR[,DIR...], not {spec}")
+        columns.append((label, dirs))
+    return columns
+
+
+def beyond(base, other, pick):
+    """Lines of the files pick() takes that other reached and base did not: {rel: [line]}."""
+    out = {}
+    for rel in sorted(other.lines):
+        if pick(rel):
+            extra = sorted(other.hit_lines(rel) - base.hit_lines(rel))
+            if extra:
+                out[rel] = extra
+    return out
+
+
+def write_beyond(counts, extra, path, title):
+    with open(path, "w") as f:
+        f.write(f"# {title}\n\n")
+        for rel, lines in extra.items():
+            by_fn = {}
+            for ln in lines:
+                by_fn.setdefault(counts.function_of(rel, ln) or "?", []).append(ln)
+            for fn, lns in sorted(by_fn.items(), key=lambda kv: kv[1][0]):
+                f.write(f"- `{rel}` `{fn}()`: {len(lns)} line{'s' if len(lns) != 1 else ''} "
+                        f"({', '.join(map(str, lns))})\n")
+
+
+def print_beyond(args, by_label, files):
+    """What each other column of BASE's kernel reaches that BASE does not, per group:
+    the lines only faults (or chaos) reach. Each column's list: OUT/<LABEL>/beyond-BASE.md."""
+    if args.beyond not in by_label:
+        sys.exit(f"coverage: --beyond {args.beyond}: no such column")
+    base, release = by_label[args.beyond]
+    groups = [(n, p) for n, p in GROUPS if any(p(r) for r in files) and n != "net/smc, all"]
+    head = [f"lines beyond {args.beyond}"] + [n for n, _ in groups]
+    rows = []
+    for label, (counts, rel) in by_label.items():
+        if label == args.beyond or rel != release:
+            continue
+        row = [label]
+        for _, pick in groups:
+            extra = beyond(base, counts, pick)
+            row.append(f"+{sum(len(v) for v in extra.values())} lines in {len(extra)} files")
+        rows.append(row)
+        every = beyond(base, counts, lambda r: any(p(r) for _, p in groups))
+        write_beyond(counts, every, os.path.join(args.out, label, f"beyond-{args.beyond}.md"),
+                     f"Lines {label} reached and {args.beyond} did not ({release})")
+    if not rows:
+        return
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    print()
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    with open(os.path.join(args.out, "table.md"), "a") as f:
+        f.write("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
+        for r in rows:
+            f.write("| " + " | ".join(r) + " |\n")
+
+
+def cmd_report(args):
+    columns = parse_columns(args.column)
     os.makedirs(args.out, exist_ok=True)
     rules = load_reasons(args.reasons)
     summaries = []
     first_counts = None
+    by_label = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, raw in columns:
-            counts, release, kdir = column_counts(raw, args.build, tmp)
+        per_dir = {}
+        for label, dirs in columns:
+            counts = Counts()
+            release = kdir = None
+            for raw in dirs:
+                if raw not in per_dir:
+                    per_dir[raw] = column_counts(raw, args.build, tmp)
+                c, rel, kd = per_dir[raw]
+                if release is not None and rel != release:
+                    sys.exit(f"coverage: column {label} mixes kernels {release} and {rel}: one column, one kernel")
+                release, kdir = rel, kd
+                counts.merge(c)
+            by_label[label] = (counts, release)
             cdir = os.path.join(args.out, label)
             os.makedirs(cdir, exist_ok=True)
             info = os.path.join(cdir, "lcov.info")
@@ -389,6 +493,9 @@ def cmd_report(args):
             name = f"**{r[0][2:]}**" if r[0].startswith("= ") else f"`{r[0]}`"
             f.write("| " + " | ".join([name] + r[1:]) + " |\n")
 
+    if args.beyond:
+        print_beyond(args, by_label, files)
+
     rows = never_reached(first_counts, rules)
     with open(os.path.join(args.out, "never-reached.md"), "w") as f:
         for rel, name, start, reason, nlines in rows:
@@ -431,6 +538,8 @@ def main():
     r.add_argument("--build", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--reasons")
+    r.add_argument("--beyond", metavar="LABEL",
+                   help="print what each other column of LABEL's kernel reaches beyond LABEL")
     r.add_argument("--no-html", dest="html", action="store_false")
     args = ap.parse_args()
     return cmd_collect(args) if args.cmd == "collect" else cmd_report(args)

@@ -2,25 +2,32 @@
 # The guest kernel's coverage of SMC-D (docs/coverage.md): the suites run on GCOV=1
 # kernels (gcov profiling of net/smc, the ism driver and dibs), every guest hands its
 # counters to the host at its end, and scripts/coverage.py merges them into one table,
-# build/coverage/summary.json and an HTML report. Two columns, from the same commit:
-#   emulated-ism   the suites `make test` runs on the default line, over the emulated ISM
-#                  between two guests (and a guest to itself): e2e (two, self, crash, v1, vlan),
-#                  make topologies' cases on the default line (two CHIDs: chid-both,
-#                  chid-one, chid-none; four guests on two emulators: multi; the mixed-line
-#                  cases boot other lines, which have no GCOV=1 kernel here), every fault
-#                  scenario, the receive livelock's stock half, the seed experiment's
-#                  connection loop;
+# build/coverage/summary.json and an HTML report. The columns, from the same commit:
+#   emulated-ism   the three below together, over the emulated ISM between two guests
+#                  (and a guest to itself): the headline figure;
+#   suites         what `make test` runs on the default line: e2e (two, self, crash, v1,
+#                  vlan, api; and idle, an idle link group freed after 10 minutes, in the
+#                  background), make topologies' cases on the default line (two CHIDs:
+#                  chid-both, chid-one, chid-none; four guests on two emulators: multi;
+#                  the mixed-line cases boot other lines, which have no GCOV=1 kernel
+#                  here), the seed experiment's connection loop;
+#   faults         every fault scenario (tests/fault/faults.sh) and the receive
+#                  livelock's stock half (bug/001);
+#   chaos          a fixed chaos campaign (tests/chaos/chaos.py: COVERAGE_CHAOS_ROUNDS
+#                  rounds of seed COVERAGE_CHAOS_SEED, default 30 of 43) on the stock
+#                  kernel;
 #   loopback-ism   the anchor: the same guest programs (smcsuite's tests) on one guest
 #                  of VARIANT=loopback (CONFIG_SMC_LO, 7.x: CONFIG_DIBS_LO) with no ISM
 #                  function, talking to itself over loopback-ism, as upstream's own
 #                  tests reach SMC-D.
+# Then, per source, the lines it reaches beyond the suites (coverage.py --beyond).
 #
 # Usage: scripts/coverage.sh [--short]
 #   --short   CI's form: the two-guest e2e topology only, no anchor; the figures are
 #             printed, never judged (it proves that collection keeps working)
 # Environment: KERNEL (the line, default 6.12; 6.1 and later), COVERAGE_OUT (default
-# build/coverage), COVERAGE_SUITES (the emulated-ism suites, default "e2e topologies
-# faults livelock experiment"), GUEST_TIMEOUT.
+# build/coverage), COVERAGE_SUITES (what runs, default "idle e2e topologies experiment
+# faults livelock chaos"), COVERAGE_CHAOS_ROUNDS, COVERAGE_CHAOS_SEED, GUEST_TIMEOUT.
 # Exit status: 0 when every guest's counters were collected and the report was written,
 # whatever the suites said (a suite's failure is printed: under gcov the guests are
 # slower, and it is the figures this measures); 1 otherwise.
@@ -38,11 +45,11 @@ check_kernel_selection
 case "$KERNEL" in 5.10 | custom) die "make coverage: KERNEL=$KERNEL is not supported (6.1 and later; the gcov patches do not apply)" ;; esac
 need_packages coverage
 OUT="${COVERAGE_OUT:-$BUILD_DIR/coverage}"
-SUITES="${COVERAGE_SUITES:-e2e topologies faults livelock experiment}"
+SUITES="${COVERAGE_SUITES:-idle e2e topologies experiment faults livelock chaos}"
 [ "$SHORT" = 0 ] || SUITES=e2e-short
 started=$SECONDS
 rm -rf "$OUT"
-mkdir -p "$OUT/raw/emulated-ism" "$OUT/raw/loopback-ism" "$OUT/logs"
+mkdir -p "$OUT/raw/suites" "$OUT/raw/faults" "$OUT/raw/chaos" "$OUT/raw/loopback-ism" "$OUT/logs"
 export GCOV=1 RESULTS_DIR="$OUT/results"
 
 build() {   # build VARIANT: the GCOV=1 kernel and initramfs of KERNEL
@@ -54,29 +61,40 @@ build stock
 make -C "$REPO_ROOT" --no-print-directory -s emulator || die "the emulator did not build"
 
 declare -A took=() status=()
-suite() {   # suite NAME COMMAND...: runs it with the counters going to the ISM column
-    local name="$1" t0=$SECONDS rc=0
-    shift
-    step "coverage: suite '$name' on $KERNEL (GCOV=1)"
-    COVERAGE_DIR="$OUT/raw/emulated-ism" "$@" || rc=$?
+suite() {   # suite COLUMN NAME COMMAND...: runs it with the counters going to COLUMN
+    local column="$1" name="$2" t0=$SECONDS rc=0
+    shift 2
+    step "coverage: $column: '$name' on $KERNEL (GCOV=1)"
+    COVERAGE_DIR="$OUT/raw/$column" "$@" || rc=$?
     took[$name]=$((SECONDS - t0)); status[$name]=$rc
     [ "$rc" = 0 ] || warn "coverage: suite '$name' ended with status $rc under GCOV=1 (its logs: $OUT/logs/$name)"
 }
+# The idle link group (e2e topology idle: 12 minutes, its two guests asleep nearly all
+# the time) runs in the background beside the rest, and is waited for at the end.
+idle_pid=""
+if [[ " $SUITES " == *" idle "* ]]; then
+    ( suite suites idle env E2E_DIR="$OUT/logs/idle" RESULTS_NAME=coverage-idle "$REPO_ROOT/tests/smcd/e2e.sh" idle
+      echo "${took[idle]} ${status[idle]}" >"$OUT/logs/idle.took" ) &
+    idle_pid=$!
+fi
 for s in $SUITES; do
     case "$s" in
-        e2e) suite e2e env E2E_DIR="$OUT/logs/e2e" "$REPO_ROOT/tests/smcd/e2e.sh" ;;
-        e2e-short) suite e2e-short env E2E_DIR="$OUT/logs/e2e" TESTS="echo seq" "$REPO_ROOT/tests/smcd/e2e.sh" two ;;
-        topologies) suite topologies env TOPO_DIR="$OUT/logs/topologies" "$REPO_ROOT/tests/topology/topologies.sh" \
+        idle) ;;
+        e2e) suite suites e2e env E2E_DIR="$OUT/logs/e2e" "$REPO_ROOT/tests/smcd/e2e.sh" ;;
+        e2e-short) suite suites e2e-short env E2E_DIR="$OUT/logs/e2e" TESTS="echo seq" "$REPO_ROOT/tests/smcd/e2e.sh" two ;;
+        topologies) suite suites topologies env TOPO_DIR="$OUT/logs/topologies" "$REPO_ROOT/tests/topology/topologies.sh" \
             chid-both chid-one chid-none multi ;;
-        faults) suite faults env FAULTS_DIR="$OUT/logs/faults" "$REPO_ROOT/tests/fault/faults.sh" ;;
-        livelock) suite livelock env BUG_DIR="$OUT/logs/livelock" RESULTS_BASE="$OUT/logs/livelock" "$REPO_ROOT/check" bug/001 ;;
-        experiment) suite experiment env EXP_DIR="$OUT/logs/experiment" EXP_KERNELS="$KERNEL" EXP_BENCH=0 \
+        faults) suite faults faults env FAULTS_DIR="$OUT/logs/faults" "$REPO_ROOT/tests/fault/faults.sh" ;;
+        livelock) suite faults livelock env BUG_DIR="$OUT/logs/livelock" RESULTS_BASE="$OUT/logs/livelock" "$REPO_ROOT/check" bug/001 ;;
+        experiment) suite suites experiment env EXP_DIR="$OUT/logs/experiment" EXP_KERNELS="$KERNEL" EXP_BENCH=0 \
             EXP_CONNS="${EXP_CONNS:-20}" EXP_ROUNDS="${EXP_ROUNDS:-3}" "$REPO_ROOT/scripts/experiment.sh" ;;
-        *) die "COVERAGE_SUITES: unknown suite '$s' (e2e, e2e-short, topologies, faults, livelock, experiment)" ;;
+        # The stock kernel (make chaos defaults to debug: its detectors change no line of
+        # net/smc, and a GCOV=1 debug kernel would be a second kernel to sum).
+        chaos) suite chaos chaos env VARIANT=stock CHAOS_DIR="$OUT/logs/chaos" "$REPO_ROOT/tests/chaos/chaos.py" \
+            --rounds "${COVERAGE_CHAOS_ROUNDS:-30}" --seed "${COVERAGE_CHAOS_SEED:-43}" --once ;;
+        *) die "COVERAGE_SUITES: unknown suite '$s' (e2e, e2e-short, topologies, experiment, faults, livelock, chaos, idle)" ;;
     esac
 done
-
-columns=(--column "emulated-ism=$OUT/raw/emulated-ism")
 if [ "$SHORT" = 0 ]; then
     # The anchor: one guest, no ISM function, the same smcsuite tests to itself.
     source "$REPO_ROOT/scripts/topology.sh"
@@ -92,12 +110,30 @@ if [ "$SHORT" = 0 ]; then
         guest_wait solo
     ) || warn "coverage: the loopback-ism guest's tests failed (its console: $OUT/logs/loopback-ism/solo.console.log)"
     took[loopback-ism]=$((SECONDS - t0))
-    columns+=(--column "loopback-ism=$OUT/raw/loopback-ism")
 fi
 
-for c in "$OUT"/raw/*/; do
-    [ -n "$(ls -A "$c")" ] || [ "$SHORT" = 1 ] || die "coverage: no guest's counters in $c"
+if [ -n "$idle_pid" ]; then
+    step "coverage: waiting for the idle link group's run"
+    wait "$idle_pid" || true
+    read -r took[idle] status[idle] <"$OUT/logs/idle.took" || status[idle]=lost
+fi
+
+# The headline column sums every source that ran; each source is a column of its own.
+sources=()
+for c in suites faults chaos; do
+    [ -z "$(ls -A "$OUT/raw/$c")" ] || sources+=("$c")
 done
+[ ${#sources[@]} -gt 0 ] || die "coverage: no guest's counters in $OUT/raw/{suites,faults,chaos}"
+all="$(printf '%s,' "${sources[@]/#/$OUT/raw/}")"
+columns=(--column "emulated-ism=${all%,}")
+if [ ${#sources[@]} -gt 1 ]; then
+    for c in "${sources[@]}"; do columns+=(--column "$c=$OUT/raw/$c"); done
+    [[ " ${sources[*]} " != *" suites "* ]] || columns+=(--beyond suites)
+fi
+if [ "$SHORT" = 0 ]; then
+    [ -n "$(ls -A "$OUT/raw/loopback-ism")" ] || die "coverage: no guest's counters in $OUT/raw/loopback-ism"
+    columns+=(--column "loopback-ism=$OUT/raw/loopback-ism")
+fi
 python3 "$REPO_ROOT/scripts/coverage.py" report "${columns[@]}" --build "$BUILD_DIR" --out "$OUT" \
     --reasons "$REPO_ROOT/guest-tests/kernel/gcov/never-reached.txt" | tee "$OUT/table.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || die "coverage: the report failed"

@@ -93,6 +93,42 @@ class Counting(unittest.TestCase):
                          [("net/smc/smc_core.c", "smcr_lgr_y", 5, "SMC-R only", 3),
                           ("net/smc/smc_core.c", "smc_vlan_z", 20, "topology: VLAN", 0)])
 
+    def doc_lines(self, counts, fn_lines=(10, 11, 12)):
+        return {"files": [{"file": "/w/src/net/smc/smc_rx.c",
+                           "lines": [{"line_number": ln, "count": c, "function_name": "smc_rx_splice"}
+                                     for ln, c in zip(fn_lines, counts)],
+                           "functions": [{"name": "smc_rx_splice", "start_line": 9,
+                                          "execution_count": int(any(counts))}]}]}
+
+    def test_merged_columns_sum_and_beyond_names_the_new_lines(self):
+        suites, faults = coverage.Counts(), coverage.Counts()
+        suites.add_json(self.doc_lines([1, 0, 0]), "/w/src")
+        suites.guests = 2
+        faults.add_json(self.doc_lines([0, 4, 0]), "/w/src")
+        faults.guests = 1
+        both = coverage.Counts()
+        both.merge(suites)
+        both.merge(faults)
+        self.assertEqual(both.figures("net/smc/smc_rx.c"), ([2, 3], [1, 1]))
+        self.assertEqual(both.guests, 3)
+        # merging never changes the columns merged
+        self.assertEqual(suites.figures("net/smc/smc_rx.c"), ([1, 3], [1, 1]))
+        smc = lambda r: r.startswith("net/smc/")  # noqa: E731
+        self.assertEqual(coverage.beyond(suites, faults, smc), {"net/smc/smc_rx.c": [11]})
+        self.assertEqual(coverage.beyond(suites, both, smc), {"net/smc/smc_rx.c": [11]})
+        self.assertEqual(coverage.beyond(both, suites, smc), {})
+        self.assertEqual(coverage.beyond(suites, faults, lambda r: r.startswith("drivers/")), {})
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "beyond.md")
+            coverage.write_beyond(faults, coverage.beyond(suites, faults, smc), path, "t")
+            with open(path) as f:
+                self.assertIn("- `net/smc/smc_rx.c` `smc_rx_splice()`: 1 line (11)", f.read())
+
+    def test_column_specs(self):
+        self.assertEqual(coverage.parse_columns(["all=a,b", "a=a"]), [("all", ["a", "b"]), ("a", ["a"])])
+        with self.assertRaises(SystemExit):
+            coverage.parse_columns(["all="])
+
 
 if __name__ == "__main__":
     unittest.main()
