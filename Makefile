@@ -27,13 +27,13 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test sources qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	scale bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown bug-closeuaf bug-splicewait upstream hops coverage chaos lint clean \
+	scale bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown bug-closeuaf bug-splicewait bug-readgid upstream hops coverage chaos lint clean \
 	help install cli-check check-images
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|rxabort-kill|lateabort-fix|lateabort-fix-61|lateabort-fix-510|smcdterm-fix|ieqnull-fix|vlanlock-fix|hslimit-fix|closeuaf-fix|latedata-rfc|latedata-rfc-510|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix|debug-closeuaf-fix] [GCOV=1] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|rxabort-kill|lateabort-fix|lateabort-fix-61|lateabort-fix-510|smcdterm-fix|ieqnull-fix|vlanlock-fix|hslimit-fix|readgid-fix|closeuaf-fix|latedata-rfc|latedata-rfc-510|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix|debug-closeuaf-fix] [GCOV=1] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: docs/running.md (\"Targets and variables\"); defaults: scripts/config.sh."
@@ -360,6 +360,15 @@ bug-hslimit: qemu emulator ## net.smc.limit_smc_hs on big-endian: stock's sysctl
 SPLICEWAIT_LINES ?= 6.12
 bug-splicewait: qemu emulator ## recv behind an unread splice: stock spins and ignores SIGKILL, splicewait-fix returns
 	$(call bug_check,$(SPLICEWAIT_LINES),bug/021 bug/022)
+
+# A probe whose READ_GID failed reports success (docs/known-bugs.md section 15; tests/bug/
+# 023-024, guest-tests/kernel/patches/readgid-fix): the host fails b's first READ_GID. On
+# each line of READGID_LINES (default 6.12) stock must leave the driver bound with no
+# device and oops in ism_remove() when it is unbound; VARIANT=readgid-fix must fail that
+# probe, bind again and connect over SMC-D. KTAP/JUnit in build/results/bug-readgid.*.
+READGID_LINES ?= 6.12
+bug-readgid: qemu emulator ## a probe whose READ_GID failed: stock stays bound and oopses on unbind, readgid-fix fails it
+	$(call bug_check,$(READGID_LINES),bug/023 bug/024)
 
 # Data left unsent at close written after the close (docs/known-bugs.md section 9;
 # tests/bug/007-008, guest-tests/kernel/patches/latedata-rfc): a slow reader, no

@@ -33,7 +33,7 @@ help_and_no_options "$@"
 PATCHES_DIR="$REPO_ROOT/guest-tests/kernel/patches"
 FIXES_CHECKED="$PATCHES_DIR/fixes-checked.txt"
 # Fixes first, in the order docs/known-bugs.md gives their standing.
-FIXES=(smcdterm-fix vlanlock-fix ieqnull-fix hslimit-fix splicewait-fix rxabort-fix lateabort-fix closeuaf-fix latedata-rfc)
+FIXES=(smcdterm-fix vlanlock-fix ieqnull-fix readgid-fix hslimit-fix splicewait-fix rxabort-fix lateabort-fix closeuaf-fix latedata-rfc)
 UPSTREAM_DIR="${UPSTREAM_DIR:-$BUILD_DIR/upstream}"
 UPSTREAM_BASE="${UPSTREAM_BASE:-7.3}"
 wanted=("$@")
@@ -78,7 +78,8 @@ line_source() {
 }
 
 # conf FIX: loads the fix's upstream.conf (STANDING, PREFIX, LINES, SCENARIO, EVIDENCE,
-# RECORDED, NOTES; BACKPORTS: LINE:VARIANT of a line whose code needs the fix in another
+# RECORDED, NOTES; BACKPORTS: LINE:VARIANT (or LINE:VARIANT/LINE, the variant's folder for
+# that line) of a line whose code needs the fix in another
 # form, that variant's own patches).
 conf() {
     STANDING="" PREFIX="PATCH net" LINES="" SCENARIO="" EVIDENCE="" RECORDED="" NOTES="" BACKPORTS=""
@@ -99,7 +100,8 @@ backport() {
 backport_lines() { local b; for b in $BACKPORTS; do echo "${b%%:*}"; done; }
 
 # fix_variant LINE: the variant that carries the fix on LINE: its backport there, or FIX.
-fix_variant() { local v; v="$(backport "$1")"; echo "${v:-$FIX}"; }
+# (A backport may be a line's folder inside the fix's own variant: readgid-fix/6.12.)
+fix_variant() { local v; v="$(backport "$1")"; v="${v%%/*}"; echo "${v:-$FIX}"; }
 
 # touched PATCH...: the files the patches change.
 touched() { sed -n 's|^+++ b/||p' "$@" | LC_ALL=C sort -u; }
