@@ -392,6 +392,20 @@ def write_beyond(counts, extra, path, title):
                         f"({', '.join(map(str, lns))})\n")
 
 
+def print_table(head, rows):
+    """Columns padded to their widest cell, two spaces apart."""
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
+def write_md_table(f, head, rows):
+    f.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
+    for r in rows:
+        f.write("| " + " | ".join(r) + " |\n")
+
+
 def print_beyond(args, by_label, files):
     """What each other column of BASE's kernel reaches that BASE does not, per group:
     the lines only faults (or chaos) reach. Each column's list: OUT/<LABEL>/beyond-BASE.md."""
@@ -414,15 +428,11 @@ def print_beyond(args, by_label, files):
                      f"Lines {label} reached and {args.beyond} did not ({release})")
     if not rows:
         return
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     print()
-    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print_table(head, rows)
     with open(os.path.join(args.out, "table.md"), "a") as f:
-        f.write("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
-        for r in rows:
-            f.write("| " + " | ".join(r) + " |\n")
+        f.write("\n")
+        write_md_table(f, head, rows)
 
 
 def cmd_report(args):
@@ -482,16 +492,11 @@ def cmd_report(args):
             lines, funcs = group_total(s, pick)
             tot.append(f"{lines[0]}/{lines[1]} ({pct(lines)}), fn {funcs[0]}/{funcs[1]}")
         rows.append([f"= {name}"] + tot)
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print_table(head, rows)
     # The same table in Markdown, for docs/coverage.md.
     with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
-        for r in rows:
-            name = f"**{r[0][2:]}**" if r[0].startswith("= ") else f"`{r[0]}`"
-            f.write("| " + " | ".join([name] + r[1:]) + " |\n")
+        write_md_table(f, head, [[f"**{r[0][2:]}**" if r[0].startswith("= ") else f"`{r[0]}`"] + r[1:]
+                                 for r in rows])
 
     if args.beyond:
         print_beyond(args, by_label, files)
