@@ -125,7 +125,8 @@ for n in $SCALE_GUESTS; do
     read -r host_peak_kb emu_fds emu_threads qemu_kb qemus < <(awk '
         $2 > m { m = $2; q = $6; c = $7 } $4 > f { f = $4 } $5 > t { t = $5 }
         END { print m + 0, f + 0, t + 0, q + 0, c + 0 }' "$RUN_DIR/samples.txt")
-    row="$(printf '%3d | %5d | %6s | %5d | %4d / %3d | %3d | %5.1f (%4.1f) | %3d/%3d/%3d | %s | %s' \
+    # (A connection with one side's report missing counts a half: %s, not %d.)
+    row="$(printf '%3d | %5d | %6s | %5d | %4d / %3d | %3d | %5.1f (%4.1f) | %3s/%3s/%3s | %s | %s' \
         "$n" "$wall" "$emu_cpu" $((emu_hwm / 1024)) "$emu_fds" "$emu_threads" \
         $(( qemus > 0 ? qemu_kb / qemus / 1024 : 0 )) \
         "$(awk -v k="$host_peak_kb" 'BEGIN {printf "%.1f", k / 1048576}')" \

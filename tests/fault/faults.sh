@@ -157,18 +157,7 @@ run_broken_stream() {   # SPEC [RULE...]: SPEC breaks the stream, each RULE is a
     fault add "$1" >>"$RUN_DIR/fault-add.out" 2>&1
     record_check fault_added $? "$(cat "$RUN_DIR/fault-add.out")" || failures=1
     # Both ends are watched at once; the guests' I/O timeout is 20 s.
-    local start=$SECONDS g
-    TOOK_a="" TOOK_b=""
-    while [ -z "$TOOK_a" ] || [ -z "$TOOK_b" ]; do
-        for g in a b; do
-            local var="TOOK_$g"
-            [ -z "${!var}" ] || continue
-            grep -qE '^FAULT: PHASE broken rc=' "$RUN_DIR/$g.console.log" 2>/dev/null \
-                && printf -v "$var" '%s' $((SECONDS - start))
-        done
-        [ $((SECONDS - start)) -lt 120 ] || break
-        sleep 0.5
-    done
+    phase_ends broken 120
     pair_wait || failures=1
     for g in a b; do
         local var="TOOK_$g"
@@ -176,6 +165,43 @@ run_broken_stream() {   # SPEC [RULE...]: SPEC breaks the stream, each RULE is a
         outcome "$g ended ${!var:-never} s after the fault: $(grep -E '^SUMMARY test=stream' "$RUN_DIR/$g.console.log" | grep -oE 'first_error=.*' | cut -c1-150)"
     done
     fault_event '"function":"ism1".*"kind":"fault_injected"'
+}
+
+# phase_ends PHASE LIMIT [MARK]: sets TOOK_a and TOOK_b, the seconds from now (or from the
+# first line of b's console matching MARK) to the end of each guest's PHASE; empty for a
+# side that did not end within LIMIT s.
+phase_ends() {
+    local phase="$1" limit="$2" mark="${3:-}" start="" t0=$SECONDS g var
+    [ -n "$mark" ] || start=$SECONDS
+    TOOK_a="" TOOK_b=""
+    while [ -z "$TOOK_a" ] || [ -z "$TOOK_b" ]; do
+        if [ -z "$start" ] && grep -qE -- "$mark" "$RUN_DIR/b.console.log" 2>/dev/null; then start=$SECONDS; fi
+        if [ -n "$start" ]; then
+            for g in a b; do
+                var="TOOK_$g"
+                [ -z "${!var}" ] || continue
+                grep -qE "^FAULT: PHASE $phase rc=" "$RUN_DIR/$g.console.log" 2>/dev/null \
+                    && printf -v "$var" '%s' $((SECONDS - start))
+            done
+        fi
+        [ $((SECONDS - t0)) -lt "$limit" ] || break
+        sleep 0.5
+    done
+}
+
+# device_cmds FUNCTION NAME...: the commands of those names the function (0: ism0, 1:
+# ism1) issued, in order, one "name=ok|fail" a line, from the run's trace.
+device_cmds() {
+    python3 - "$RUN_DIR/trace.jsonl" "$@" <<'PY'
+import json, sys
+f, names = int(sys.argv[2]), set(sys.argv[3:])
+for line in open(sys.argv[1]):
+    rec = json.loads(line)
+    cmd = rec.get("cmd")
+    name = cmd if isinstance(cmd, str) else (next(iter(cmd)) if isinstance(cmd, dict) and cmd else None)
+    if rec.get("op") == "cmd" and rec.get("f") == f and name in names:
+        print(f"{name}={'ok' if rec.get('ret') == 0 else 'fail'}")
+PY
 }
 
 # ended_after NAME SIDE SECONDS: SIDE's stream went on for at least SECONDS after the
@@ -432,16 +458,7 @@ run_probe_fail() {
         "rc=1 bound=no rc=0 bound=yes rc=0 bound=no rc=0 bound=yes" ]
     record_check b_bind_sequence $? "bind, bind, unbind, bind: failed, bound; unbound, bound: $(grep -E '^FAULT: (BIND|UNBIND)' "$b" | tr -d '\r' | paste -sd ';')" || failures=1
     # Each failed probe unwound what it had registered (ism_dev_init's error path).
-    python3 - "$RUN_DIR/trace.jsonl" >"$RUN_DIR/probe-cmds.txt" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    rec = json.loads(line)
-    cmd = rec.get("cmd")
-    name = cmd if isinstance(cmd, str) else (next(iter(cmd)) if isinstance(cmd, dict) and cmd else None)
-    if rec.get("op") == "cmd" and rec.get("f") == 1 and name in (
-            "reg_sba", "reg_ieq", "read_gid", "add_vlan_id", "unreg_sba", "unreg_ieq", "del_vlan_id"):
-        print(f"{name}={'ok' if rec.get('ret') == 0 else 'fail'}")
-PY
+    device_cmds 1 reg_sba reg_ieq read_gid add_vlan_id unreg_sba unreg_ieq del_vlan_id >"$RUN_DIR/probe-cmds.txt"
     outcome "b's probe commands, in order: $(xargs <"$RUN_DIR/probe-cmds.txt")"
     [ "$(head -n 8 "$RUN_DIR/probe-cmds.txt" | xargs)" = \
         "reg_sba=fail reg_sba=ok reg_ieq=fail unreg_sba=ok reg_sba=ok reg_ieq=ok read_gid=ok add_vlan_id=fail" ]
@@ -462,27 +479,14 @@ run_unbind() {
     EMU_EXTRA=()
     pair_start unbind
     # Both ends are watched from b's unbind on (b's console says when).
-    local start="" g took_a="" took_b=""
-    local t0=$SECONDS
-    while [ -z "$took_a" ] || [ -z "$took_b" ]; do
-        if [ -z "$start" ] && grep -qE '^FAULT: UNBIND ' "$RUN_DIR/b.console.log" 2>/dev/null; then start=$SECONDS; fi
-        if [ -n "$start" ]; then
-            for g in a b; do
-                local var="took_$g"
-                [ -z "${!var}" ] || continue
-                grep -qE '^FAULT: PHASE live rc=' "$RUN_DIR/$g.console.log" 2>/dev/null \
-                    && printf -v "$var" '%s' $((SECONDS - start))
-            done
-        fi
-        [ $((SECONDS - t0)) -lt 240 ] || break
-        sleep 0.5
-    done
+    local g
+    phase_ends live 240 '^FAULT: UNBIND '
     pair_wait || failures=1
     local b="$RUN_DIR/b.console.log"
     expect b_unbound "$b" '^FAULT: UNBIND [^ ]+ rc=0 bound=no'
     expect b_bound_again "$b" '^FAULT: BIND [^ ]+ rc=0 bound=yes'
     for g in a b; do
-        local var="took_$g"
+        local var="TOOK_$g"
         expect "${g}_stream_broken" "$RUN_DIR/$g.console.log" '^FAULT: PHASE live rc=[1-9][0-9]*[[:space:]]*$'
         # Not by an I/O timeout (20 s): b's kernel kills its connections and signals a
         # (smc_lgr_cleanup's shutdown event), whose kernel kills its own.
@@ -493,15 +497,7 @@ run_unbind() {
     done
     # The driver's remove path: the device saw b's SBA and event queue unregistered, and
     # registered again by the next probe.
-    python3 - "$RUN_DIR/trace.jsonl" >"$RUN_DIR/remove-cmds.txt" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    rec = json.loads(line)
-    cmd = rec.get("cmd")
-    name = cmd if isinstance(cmd, str) else (next(iter(cmd)) if isinstance(cmd, dict) and cmd else None)
-    if rec.get("op") == "cmd" and rec.get("f") == 1 and name in ("reg_sba", "reg_ieq", "unreg_sba", "unreg_ieq", "del_vlan_id"):
-        print(f"{name}={'ok' if rec.get('ret') == 0 else 'fail'}")
-PY
+    device_cmds 1 reg_sba reg_ieq unreg_sba unreg_ieq del_vlan_id >"$RUN_DIR/remove-cmds.txt"
     outcome "b's device commands: $(xargs <"$RUN_DIR/remove-cmds.txt")"
     grep -qx 'unreg_ieq=ok' "$RUN_DIR/remove-cmds.txt" && grep -qx 'unreg_sba=ok' "$RUN_DIR/remove-cmds.txt" \
         && [ "$(grep -c '^reg_sba=ok' "$RUN_DIR/remove-cmds.txt")" = 2 ]
