@@ -236,6 +236,22 @@ static int expect_fallback(int fd, const char *what, uint32_t reason)
 	return 0;
 }
 
+/* An AF_SMC client connected to a plain TCP listener on a fresh port: the client falls
+ * back with SMC_CLC_DECL_PEERNOSMC (the listener's SYN-ACK has no SMC option). */
+static int smc_to_tcp(int *c, int *s)
+{
+	int l = tcp_sock(), rc = -1;
+
+	*c = smc_sock();
+	*s = -1;
+	if (l < 0 || *c < 0)
+		snprintf(g_why, sizeof(g_why), "socket: %s", strerror(errno));
+	else if (!pair_up(&l, c, s, g_port++))
+		rc = expect_fallback(*c, "SMC client to a TCP listener", DECL_PEERNOSMC);
+	closefd(&l);
+	return rc;
+}
+
 /* ---- data ------------------------------------------------------------------------ */
 
 static int send_pat(int fd, uint64_t seed, uint64_t off, size_t len)
@@ -1593,13 +1609,7 @@ static int t_fallback(void)
 	unsigned char b[8];
 
 	g_fallback_ran = 1;
-	/* an SMC client to a TCP listener */
-	l = tcp_sock();
-	c = smc_sock();
-	CHECK(l >= 0 && c >= 0, "socket: %s", strerror(errno));
-	if (pair_up(&l, &c, &s, g_port++))
-		goto out;
-	if (expect_fallback(c, "SMC client to a TCP listener", DECL_PEERNOSMC))
+	if (smc_to_tcp(&c, &s))
 		goto out;
 	if (exchange(c, s, 81, 10000))
 		goto out;
@@ -2045,11 +2055,7 @@ static int t_trace(void)
 	closefd(&c);
 	closefd(&s);
 	/* an SMC client to a TCP listener: one fallback */
-	l = tcp_sock();
-	c = smc_sock();
-	CHECK(l >= 0 && c >= 0, "socket: %s", strerror(errno));
-	if (pair_up(&l, &c, &s, g_port++) || expect_fallback(c, "SMC client to a TCP listener", DECL_PEERNOSMC) ||
-	    exchange(c, s, 98, 4000))
+	if (smc_to_tcp(&c, &s) || exchange(c, s, 98, 4000))
 		goto out;
 	CHECK(tracefs_write("events/smc/enable", "0") == 0 && tracefs_write("tracing_on", "0") == 0,
 	      "switching the smc events off: %s", strerror(errno));
