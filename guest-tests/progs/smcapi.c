@@ -236,6 +236,16 @@ static int expect_fallback(int fd, const char *what, uint32_t reason)
 	return 0;
 }
 
+/* fd's own port (peer 0) or its peer's (peer 1); -1 if it cannot be read */
+static int sock_port(int fd, int peer)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	int r = peer ? getpeername(fd, (struct sockaddr *)&a, &len) : getsockname(fd, (struct sockaddr *)&a, &len);
+
+	return r ? -1 : ntohs(a.sin_port);
+}
+
 /* An AF_SMC client connected to a plain TCP listener on a fresh port: the client falls
  * back with SMC_CLC_DECL_PEERNOSMC (the listener's SYN-ACK has no SMC option). */
 static int smc_to_tcp(int *c, int *s)
@@ -1366,11 +1376,23 @@ static int t_backlog(void)
 		CHECK(over0 >= 0 && over1 > over0, "ListenOverflows %ld -> %ld: the server did not count the drop", over0,
 		      over1);
 	}
-	/* the queued ones are intact SMC-D connections once accepted */
+	/* the queued ones are intact SMC-D connections once accepted; the accept queue's
+	 * order is the order the handshakes ended, not the connects' (a third that got in
+	 * while a handshake was under way may come first), so each accepted socket is paired
+	 * with its client by port */
 	for (int i = 0; i < queued; i++) {
 		a[i] = accept_within(l, 10);
 		CHECK(a[i] >= 0, "accept %d: %s", i + 1, strerror(errno));
-		if (expect_smcd(a[i], "an accepted queued connection", NULL) || exchange(c[i], a[i], 81 + i, 3000))
+		if (expect_smcd(a[i], "an accepted queued connection", NULL))
+			goto out;
+	}
+	for (int i = 0; i < queued; i++) {
+		int j = 0;
+
+		while (j < queued && sock_port(a[j], 1) != sock_port(c[i], 0))
+			j++;
+		CHECK(j < queued, "no accepted connection has client %d's port %d", i + 1, sock_port(c[i], 0));
+		if (exchange(c[i], a[j], 81 + i, 3000))
 			goto out;
 	}
 	closefd(&c[NC - 1]);
@@ -2024,7 +2046,7 @@ static struct traced *traced_of(struct traced *t, int *n, int max, const char *p
 static int t_trace(void)
 {
 	static const size_t sends[] = { 1000, 2000, 3000 };
-	int rc = R_FAIL_, l = -1, c = -1, s = -1, n = 0, fallbacks = 0;
+	int rc = R_FAIL_, l = -1, c = -1, s = -1, n = 0, fallbacks = 0, shown = 0;
 	long fb_rsn = 0;
 	struct traced t[8];
 	struct stat st;
@@ -2083,6 +2105,8 @@ static int t_trace(void)
 		if (!tx && !strstr(line, "smc_rx_recvmsg: "))
 			continue;
 		p = strstr(line, "smc=");
+		if (++shown <= 8)
+			err_line("trace: %.*s", (int)strcspn(line, "\n"), line);
 		CHECK(p && sscanf(p, "smc=%23s net=%llu len=%llu dev=%63s", ptr, &net, &len, dev) >= 3,
 		      "a message event in another form: %s", line);
 		x = traced_of(t, &n, 8, ptr);
@@ -2095,7 +2119,16 @@ static int t_trace(void)
 		x->devs += dev[0] != 0;
 	}
 	/* the SMC-D pair: c sent 6000 and read 500, s the other way; the fallback sends
-	 * over TCP, without these events */
+	 * over TCP, without these events. A kernel that has not seeded its pointer hashing
+	 * yet prints every %p as "(____ptrval____)" (6.1 under TCG, without entropy early):
+	 * then only the totals can be held to what was sent. */
+	if (n == 1 && !strcmp(t[0].ptr, "(____ptrval____)")) {
+		CHECK(t[0].tx == off + 500 && t[0].rx == off + 500 && t[0].devs == 0,
+		      "the events' bytes (pointers unhashed): tx %llu rx %llu, %d naming a device; expected %llu each, none",
+		      t[0].tx, t[0].rx, t[0].devs, (unsigned long long)off + 500);
+		err_line("trace: the kernel prints no socket pointers yet; the totals match");
+		goto fallback;
+	}
 	CHECK(n == 2, "%d sockets in the smc_tx_sendmsg/smc_rx_recvmsg events, expected the SMC-D pair's 2", n);
 	if (t[0].tx != off) {
 		struct traced tmp = t[0];
@@ -2109,6 +2142,7 @@ static int t_trace(void)
 	      t[0].ptr, t[0].tx, t[0].rx, t[1].ptr, t[1].tx, t[1].rx, (unsigned long long)off,
 	      (unsigned long long)off);
 	CHECK(t[0].devs == 0 && t[1].devs == 0, "an SMC-D message event names a device (SMC-D has no link)");
+fallback:
 	CHECK(fallbacks == 1 && (uint32_t)fb_rsn == DECL_PEERNOSMC,
 	      "%d smc_switch_to_fallback events (last reason 0x%08x), expected 1 with 0x%08x", fallbacks,
 	      (uint32_t)fb_rsn, DECL_PEERNOSMC);
