@@ -1875,9 +1875,10 @@ static int ueid_list(struct nl *nl, char *out, size_t outlen, struct dump *d)
 	return rc;
 }
 
-/* SMC_NLA_STATS_SMCD_TECH's counters (smc_stats.c smc_nl_fill_stats_tech_data) */
+/* SMC_NLA_STATS_SMCD_TECH's counters (smc_stats.c smc_nl_fill_stats_tech_data), and
+ * SMC_GEN_STATS's own count of server handshake errors */
 struct tech {
-	uint64_t clnt_v1, clnt_v2, srv_v1, srv_v2, rx_bytes, tx_bytes, rx_cnt, tx_cnt, urg;
+	uint64_t clnt_v1, clnt_v2, srv_v1, srv_v2, rx_bytes, tx_bytes, rx_cnt, tx_cnt, urg, srv_hs_err;
 };
 
 static int smcd_stats(struct nl *nl, struct tech *t, struct dump *d)
@@ -1900,6 +1901,7 @@ static int smcd_stats(struct nl *nl, struct tech *t, struct dump *d)
 	t->tx_bytes = genl_uint(&tech[17]);
 	t->rx_cnt = genl_uint(&tech[18]);
 	t->tx_cnt = genl_uint(&tech[19]);
+	t->srv_hs_err = genl_uint(&st[4]); /* SMC_NLA_STATS_SRV_HS_ERR_CNT */
 	return 0;
 }
 
@@ -1918,14 +1920,13 @@ static long long srv_hs_errors(void)
 {
 	struct nl nl = { .g = { .fd = -1 } };
 	struct dump d = { 0 };
-	struct genl_attr st[8];
+	struct tech t;
 	long long v = -1;
 
 	if (kernel_before(6, 1) || nl_open(&nl, "SMC_GEN_NETLINK"))
 		goto out;
-	if (nl_dump(&nl, 7 /* SMC_NETLINK_GET_STATS */, &d) == 0 && d.n >= 1 &&
-	    nested(&d, 0, 7 /* SMC_GEN_STATS */, st, 8) == 0 && st[4].data)
-		v = (long long)genl_uint(&st[4]);
+	if (smcd_stats(&nl, &t, &d) == 0)
+		v = (long long)t.srv_hs_err;
 out:
 	dump_free(&d);
 	if (nl.g.fd >= 0)
