@@ -91,6 +91,21 @@ emu_serve() {
     die "the emulator did not come up (see $dir/emulator.log)"
 }
 
+# device_cmds FUNCTION NAME...: the commands of those names the function (0: ism0, 1:
+# ism1) issued, in order, one "name=ok|fail" a line, from the run's trace.
+device_cmds() {
+    python3 - "$RUN_DIR/trace.jsonl" "$@" <<'PY'
+import json, sys
+f, names = int(sys.argv[2]), set(sys.argv[3:])
+for line in open(sys.argv[1]):
+    rec = json.loads(line)
+    cmd = rec.get("cmd")
+    name = cmd if isinstance(cmd, str) else (next(iter(cmd)) if isinstance(cmd, dict) and cmd else None)
+    if rec.get("op") == "cmd" and rec.get("f") == f and name in names:
+        print(f"{name}={'ok' if rec.get('ret') == 0 else 'fail'}")
+PY
+}
+
 # emu_stats: "RSS_KB FDS THREADS" of the running emulator (fields it cannot read: empty;
 # the caller decides whether that is an error).
 emu_stats() {

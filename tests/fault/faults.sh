@@ -189,21 +189,6 @@ phase_ends() {
     done
 }
 
-# device_cmds FUNCTION NAME...: the commands of those names the function (0: ism0, 1:
-# ism1) issued, in order, one "name=ok|fail" a line, from the run's trace.
-device_cmds() {
-    python3 - "$RUN_DIR/trace.jsonl" "$@" <<'PY'
-import json, sys
-f, names = int(sys.argv[2]), set(sys.argv[3:])
-for line in open(sys.argv[1]):
-    rec = json.loads(line)
-    cmd = rec.get("cmd")
-    name = cmd if isinstance(cmd, str) else (next(iter(cmd)) if isinstance(cmd, dict) and cmd else None)
-    if rec.get("op") == "cmd" and rec.get("f") == f and name in names:
-        print(f"{name}={'ok' if rec.get('ret') == 0 else 'fail'}")
-PY
-}
-
 # ended_after NAME SIDE SECONDS: SIDE's stream went on for at least SECONDS after the
 # fault (it was not aborted).
 ended_after() {

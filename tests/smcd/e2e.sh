@@ -76,20 +76,11 @@ run_api() {
     record_check modules_unloaded $? "${line:-no UNLOAD line on the console}" || ok=1
     # The ism driver's remove path (ism_dev_exit) unregisters the event queue and the
     # SBA: the device must have seen both commands succeed, from this function.
-    python3 - "$RUN_DIR/trace.jsonl" <<'PY'
-import json, sys
-seen = {}
-for line in open(sys.argv[1]):
-    rec = json.loads(line)
-    cmd = rec.get("cmd")
-    name = cmd if isinstance(cmd, str) else (next(iter(cmd)) if isinstance(cmd, dict) and cmd else None)
-    if rec.get("op") == "cmd" and rec.get("f") == 0 and name in ("unreg_sba", "unreg_ieq"):
-        seen[name] = rec.get("ret")
-ok = seen.get("unreg_sba") == 0 and seen.get("unreg_ieq") == 0
-print(f"ism0's unregistrations in the trace: {seen or 'none'}")
-sys.exit(0 if ok else 1)
-PY
-    record_check function_unregistered $? "the device saw ism0's SBA and event queue unregistered (trace)" || ok=1
+    local cmds
+    cmds="$(device_cmds 0 unreg_sba unreg_ieq)"
+    [ "$(grep '^unreg_sba=' <<<"$cmds" | tail -n 1)" = unreg_sba=ok ] \
+        && [ "$(grep '^unreg_ieq=' <<<"$cmds" | tail -n 1)" = unreg_ieq=ok ]
+    record_check function_unregistered $? "the device saw ism0's SBA and event queue unregistered (trace: $(xargs <<<"${cmds:-none}"))" || ok=1
     return $ok
 }
 
