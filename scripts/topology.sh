@@ -360,16 +360,21 @@ run_pair() {
     return $ok
 }
 
-# The VLAN of the topology vlan (e2e.sh, topologies.sh), and the ports of guest-tests/progs/smcv1's two phases with
-# the SMC-D version each must agree on (from the kernel's code: smcv1's header).
+# The VLAN of the topology vlan (e2e.sh, topologies.sh), and the ports of guest-tests/progs/smcv1's phases with
+# the SMC-D version each must agree on (from the kernel's code: smcv1's header): V1_EXPECT
+# over a VLAN, V1_EXPECT_NOVLAN without one, which adds the IPv6 phase.
 # shellcheck disable=SC2034 # used by the scripts that source this one
 V1_VLAN=39
 # shellcheck disable=SC2034
 V1_EXPECT=(--expect-clc "12345=1" --expect-clc "12346=2")
-# 5.10 has no UEIDs and no SEID switch (its net/smc has no SMC_GEN_NETLINK family): its
-# client cannot be kept from v2, which the server tries first, so both phases are v2.
 # shellcheck disable=SC2034
-[ "$KERNEL" != 5.10 ] || V1_EXPECT=(--expect-clc "12345=2" --expect-clc "12346=2")
+V1_EXPECT_NOVLAN=("${V1_EXPECT[@]}" --expect-clc "12347=1")
+# 5.10 has no UEIDs and no SEID switch (its net/smc has no SMC_GEN_NETLINK family): its
+# client cannot be kept from v2, which the server tries first, so every phase is v2.
+if [ "$KERNEL" = 5.10 ]; then
+    V1_EXPECT=(--expect-clc "12345=2" --expect-clc "12346=2")
+    V1_EXPECT_NOVLAN=("${V1_EXPECT[@]}" --expect-clc "12347=2")
+fi
 
 # run_v1 [VLAN]: SMC-Dv1 (e2e.sh's topologies v1 and vlan, topologies.sh's cases): guest a
 # serves, guest b connects, both run smcv1 (over VLAN if given); check_e2e.py then holds the

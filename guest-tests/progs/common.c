@@ -34,8 +34,8 @@ void usage(FILE *f)
 "Every connection is checked on each side through AF_SMC sock_diag: it must run SMC-D.\n"
 "\n"
 "Options (also accepted as --key value):\n"
-"  --host=IP             client/self: server address (default 10.0.0.1)\n"
-"  --bind=IP             server/self: listen address (default 0.0.0.0)\n"
+"  --host=IP             client/self: server address, IPv4 or IPv6 (default 10.0.0.1)\n"
+"  --bind=IP             server/self: listen address, IPv4 or IPv6 (default 0.0.0.0)\n"
 "  --port=N              TCP port (default 12345)\n"
 "  --conns=N             connections (defaults: echo 1, stream 1, seq 50, concurrent 8)\n"
 "  --bytes=N[K|M|G]      stream bytes per connection (stream 64M, seq 1M, concurrent 8M, echo 0)\n"
@@ -255,9 +255,13 @@ void parse_args(int argc, char **argv)
 	if (rounds >= 0) o->rounds = (uint32_t)rounds;
 	if (size >= 0) o->size = (uint32_t)size;
 	{
-		struct in_addr tmp;
-		if (parse_ipv4(o->host, &tmp)) die_usage("--host must be an IPv4 address: '%s'", o->host);
-		if (parse_ipv4(o->bind_addr, &tmp)) die_usage("--bind must be an IPv4 address: '%s'", o->bind_addr);
+		struct sockaddr_storage tmp;
+		socklen_t len;
+
+		if (parse_sockaddr(o->host, 0, &tmp, &len) < 0)
+			die_usage("--host must be an IPv4 or IPv6 address: '%s'", o->host);
+		if (parse_sockaddr(o->bind_addr, 0, &tmp, &len) < 0)
+			die_usage("--bind must be an IPv4 or IPv6 address: '%s'", o->bind_addr);
 	}
 }
 
@@ -532,25 +536,48 @@ int set_timeouts(int fd, int seconds)
 	return 0;
 }
 
-int make_stream_socket(char *err, size_t errlen)
+int make_stream_socket(int family, char *err, size_t errlen)
 {
+	int v6 = family == AF_INET6;
 	int fd;
 
 	if (g_opt.tcp) {
-		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0)
-			snprintf(err, errlen, "socket(AF_INET): %s", strerror(errno));
+			snprintf(err, errlen, "socket(%s): %s", v6 ? "AF_INET6" : "AF_INET", strerror(errno));
 		return fd;
 	}
-	fd = socket(AF_SMC, SOCK_STREAM | SOCK_CLOEXEC, SMCPROTO_SMC);
+	/* AF_SMC's protocol number names the family of its TCP (clc) socket. */
+	fd = socket(AF_SMC, SOCK_STREAM | SOCK_CLOEXEC, v6 ? SMCPROTO_SMC6 : SMCPROTO_SMC);
 	if (fd < 0) {
 		int e = errno;
 
-		snprintf(err, errlen, "socket(AF_SMC=%d, SOCK_STREAM, SMCPROTO_SMC): %s%s", AF_SMC,
-			 strerror(e),
+		snprintf(err, errlen, "socket(AF_SMC=%d, SOCK_STREAM, %s): %s%s", AF_SMC,
+			 v6 ? "SMCPROTO_SMC6" : "SMCPROTO_SMC", strerror(e),
 			 e == EAFNOSUPPORT ? " (smc module not loaded / CONFIG_SMC off?)" : "");
 	}
 	return fd;
+}
+
+int parse_sockaddr(const char *s, int port, struct sockaddr_storage *ss, socklen_t *len)
+{
+	struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	if (inet_pton(AF_INET, s, &sin->sin_addr) == 1) {
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons((uint16_t)port);
+		*len = sizeof(*sin);
+		return AF_INET;
+	}
+	if (inet_pton(AF_INET6, s, &sin6->sin6_addr) == 1) {
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*sin6);
+		return AF_INET6;
+	}
+	return -1;
 }
 
 int parse_ipv4(const char *s, void *sin_addr)

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #ifndef AF_SMC
@@ -16,6 +17,9 @@
 #endif
 #ifndef SMCPROTO_SMC
 #define SMCPROTO_SMC 0 /* SMC protocol, IPv4 */
+#endif
+#ifndef SMCPROTO_SMC6
+#define SMCPROTO_SMC6 1 /* SMC protocol, IPv6 */
 #endif
 
 enum test_kind { T_ECHO = 1, T_STREAM = 2, T_SEQ = 3, T_CONCURRENT = 4 };
@@ -94,7 +98,10 @@ int send_all(int fd, const void *buf, size_t len, char *err, size_t errlen);
 int recv_all(int fd, void *buf, size_t len, int eof_ok, char *err, size_t errlen);
 
 int set_timeouts(int fd, int seconds);
-int make_stream_socket(char *err, size_t errlen);
+/* A stream socket of FAMILY (AF_INET, AF_INET6): AF_SMC, or TCP under --tcp. */
+int make_stream_socket(int family, char *err, size_t errlen);
+/* S (IPv4 or IPv6) and PORT as a socket address; returns its family, or -1. */
+int parse_sockaddr(const char *s, int port, struct sockaddr_storage *ss, socklen_t *len);
 int parse_ipv4(const char *s, void *sin_addr);
 
 #endif

@@ -214,6 +214,8 @@ static void smc_cb(const struct nlmsghdr *h, void *vctx)
 	in->dport = ntohs(m->id.idiag_dport);
 	in->src = m->id.idiag_src[0];
 	in->dst = m->id.idiag_dst[0];
+	memcpy(in->src6, m->id.idiag_src, sizeof(in->src6));
+	memcpy(in->dst6, m->id.idiag_dst, sizeof(in->dst6));
 	in->inode = m->diag_inode;
 	in->shutdown_attr = -1;
 
@@ -325,12 +327,15 @@ int tcpdiag_query(uint64_t inode, int *found, int *state, char *err, size_t errl
 	struct inet_diag_req_v2 req;
 	struct tcp_ctx ctx = { inode, 0, 0 };
 
-	memset(&req, 0, sizeof(req));
-	req.sdiag_family = AF_INET;
-	req.sdiag_protocol = IPPROTO_TCP;
-	req.idiag_states = ~0u;
-	if (diag_dump(&req, sizeof(req), "inet sock_diag", tcp_cb, &ctx, err, errlen))
-		return -1;
+	/* Both families: the socket's is not known here. */
+	for (int i = 0; i < 2 && !ctx.found; i++) {
+		memset(&req, 0, sizeof(req));
+		req.sdiag_family = i ? AF_INET6 : AF_INET;
+		req.sdiag_protocol = IPPROTO_TCP;
+		req.idiag_states = ~0u;
+		if (diag_dump(&req, sizeof(req), "inet sock_diag", tcp_cb, &ctx, err, errlen))
+			return -1;
+	}
 	*found = ctx.found;
 	*state = ctx.state;
 	return 0;

@@ -18,7 +18,8 @@ struct smc_info {
 	int found;
 	uint8_t family, state, mode, shutdown;
 	uint16_t sport, dport;          /* host order, of the internal TCP (clc) socket */
-	uint32_t src, dst;              /* network order */
+	uint32_t src, dst;              /* network order (IPv4) */
+	uint32_t src6[4], dst6[4];      /* the same words, as IPv6 addresses */
 	uint64_t inode;
 	int have_fallback;
 	uint32_t fb_reason, fb_peer_diag;

@@ -183,13 +183,19 @@ static void check_mode(int fd, struct conn_res *r, char *line, size_t linelen)
 		return;
 	}
 
-	char loc[64], peer[64];
-	struct in_addr a;
+	char loc[80], peer[80], a[INET6_ADDRSTRLEN];
+	struct sockaddr_storage own;
+	socklen_t ol = sizeof(own);
 
-	a.s_addr = in.src;
-	snprintf(loc, sizeof(loc), "%s:%u", inet_ntoa(a), in.sport);
-	a.s_addr = in.dst;
-	snprintf(peer, sizeof(peer), "%s:%u", inet_ntoa(a), in.dport);
+	/* sock_diag does not say the TCP socket's family (diag_family is AF_SMC's); the
+	 * socket's own name does (an AF_SMC socket's is its TCP socket's). */
+	if (getsockname(fd, (struct sockaddr *)&own, &ol) == 0 && own.ss_family == AF_INET6) {
+		snprintf(loc, sizeof(loc), "[%s]:%u", inet_ntop(AF_INET6, in.src6, a, sizeof(a)), in.sport);
+		snprintf(peer, sizeof(peer), "[%s]:%u", inet_ntop(AF_INET6, in.dst6, a, sizeof(a)), in.dport);
+	} else {
+		snprintf(loc, sizeof(loc), "%s:%u", inet_ntop(AF_INET, &in.src, a, sizeof(a)), in.sport);
+		snprintf(peer, sizeof(peer), "%s:%u", inet_ntop(AF_INET, &in.dst, a, sizeof(a)), in.dport);
+	}
 
 	if (in.mode == SMC_DIAG_MODE_SMCD_) {
 		size_t n;
@@ -462,10 +468,11 @@ static void *server_thread(void *arg)
 
 static int listen_socket(void)
 {
-	struct sockaddr_in sa;
+	struct sockaddr_storage sa;
+	socklen_t salen;
 	char err[256];
 	int one = 1;
-	int fd = make_stream_socket(err, sizeof(err));
+	int fd = make_stream_socket(parse_sockaddr(g_opt.bind_addr, g_opt.port, &sa, &salen), err, sizeof(err));
 
 	if (fd < 0) {
 		err_line("%s", err);
@@ -473,11 +480,7 @@ static int listen_socket(void)
 	}
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)))
 		err_line("warning: SO_REUSEADDR: %s", strerror(errno));
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)g_opt.port);
-	parse_ipv4(g_opt.bind_addr, &sa.sin_addr);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+	if (bind(fd, (struct sockaddr *)&sa, salen)) {
 		err_line("bind %s:%d: %s", g_opt.bind_addr, g_opt.port, strerror(errno));
 		close(fd);
 		return -1;
@@ -561,17 +564,14 @@ static int run_server(int lfd)
 
 static int connect_retry(int idx, char *err, size_t errlen)
 {
-	struct sockaddr_in sa;
+	struct sockaddr_storage sa;
+	socklen_t salen;
 	double deadline = now_s() + g_opt.connect_timeout;
 	int attempts = 0;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)g_opt.port);
-	parse_ipv4(g_opt.host, &sa.sin_addr);
+	int family = parse_sockaddr(g_opt.host, g_opt.port, &sa, &salen);
 
 	for (;;) {
-		int fd = make_stream_socket(err, errlen);
+		int fd = make_stream_socket(family, err, errlen);
 		int e = 0, fl;
 
 		if (fd < 0)
@@ -588,7 +588,7 @@ static int connect_retry(int idx, char *err, size_t errlen)
 			close(fd);
 			return -1;
 		}
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		if (connect(fd, (struct sockaddr *)&sa, salen) == 0) {
 			e = 0;
 		} else if (errno == EINPROGRESS || errno == EINTR) {
 			/* Poll in short slices and look at SO_ERROR in between: an AF_SMC
@@ -623,7 +623,7 @@ static int connect_retry(int idx, char *err, size_t errlen)
 			e = errno;
 		}
 		if (!e) {
-			struct sockaddr_in pa;
+			struct sockaddr_storage pa;
 			socklen_t pl = sizeof(pa);
 
 			if (getpeername(fd, (struct sockaddr *)&pa, &pl))

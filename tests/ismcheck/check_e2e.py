@@ -31,6 +31,7 @@ that check is skipped, saying why.
 """
 
 import argparse
+import ipaddress
 import json
 import pathlib
 import re
@@ -194,8 +195,10 @@ CLC_TYPES = {1: "proposal", 2: "accept", 3: "confirm", 4: "decline"}
 
 
 def pcap_tcp_payloads(path, with_vlan=False):
-    """Yields (src, sport, dst, dport, payload) for each IPv4 TCP segment with data, plus
-    the frame's 802.1Q VLAN id (None: untagged) as a sixth item when with_vlan."""
+    """Yields (src, sport, dst, dport, payload) for each IPv4 or IPv6 TCP segment with
+    data (an IPv6 address in brackets, "[fd00::1]", so that "address:port" splits at its
+    last colon), plus the frame's 802.1Q VLAN id (None: untagged) as a sixth item when
+    with_vlan."""
     data = path.read_bytes()
     if len(data) < 24:
         return
@@ -219,21 +222,24 @@ def pcap_tcp_payloads(path, with_vlan=False):
         if frame[12:14] == b"\x81\x00" and len(frame) >= 18:
             vlan = struct.unpack(">H", frame[14:16])[0] & 0x0FFF
             l3 = 18
-        if len(frame) < l3 + 20 or frame[l3 - 2:l3] != b"\x08\x00":
+        ethertype, ip = frame[l3 - 2:l3], frame[l3:]
+        if ethertype == b"\x08\x00" and len(ip) >= 20 and ip[0] >> 4 == 4 and ip[9] == 6:
+            ihl = (ip[0] & 0x0F) * 4
+            tcp = ip[ihl:struct.unpack(">H", ip[2:4])[0]]
+            src = str(ipaddress.IPv4Address(ip[12:16]))
+            dst = str(ipaddress.IPv4Address(ip[16:20]))
+        elif ethertype == b"\x86\xdd" and len(ip) >= 40 and ip[0] >> 4 == 6 and ip[6] == 6:
+            # TCP right after the fixed header: the guests' stacks add no extension header.
+            tcp = ip[40:40 + struct.unpack(">H", ip[4:6])[0]]
+            src = f"[{ipaddress.IPv6Address(ip[8:24])}]"
+            dst = f"[{ipaddress.IPv6Address(ip[24:40])}]"
+        else:
             continue
-        ip = frame[l3:]
-        ihl = (ip[0] & 0x0F) * 4
-        if ip[0] >> 4 != 4 or ip[9] != 6 or len(ip) < ihl + 20:
-            continue
-        total = struct.unpack(">H", ip[2:4])[0]
-        tcp = ip[ihl:total]
         if len(tcp) < 20:
             continue
         doff = (tcp[12] >> 4) * 4
         payload = tcp[doff:]
         if payload:
-            src = ".".join(str(b) for b in ip[12:16])
-            dst = ".".join(str(b) for b in ip[16:20])
             sport, dport = struct.unpack(">HH", tcp[:4])
             yield (src, sport, dst, dport, payload) + ((vlan,) if with_vlan else ())
 
@@ -264,8 +270,15 @@ def clc_fields(payload):
         if len(payload) >= 52:
             out["gid"], out["chid"], v2_off = struct.unpack(">QHH", payload[40:52])
             if out["typev1"] in ("D", "B") and len(payload) >= 88:
-                mask, plen = struct.unpack(">IB", payload[80:85])
-                out["prefix"] = f"{'.'.join(str(b) for b in payload[80:84])}/{plen}"
+                # struct smc_clc_msg_proposal_prefix: the IPv4 subnet and its length, then
+                # the count of struct smc_clc_ipv6_prefix (17 bytes each) that follow; an
+                # IPv6 connection sends those, its IPv4 subnet zero (smc_clc_prfx_set).
+                plen, cnt6 = payload[84], payload[87]
+                if cnt6 and len(payload) >= 88 + 17 * cnt6:
+                    p6 = [payload[88 + 17 * i:105 + 17 * i] for i in range(cnt6)]
+                    out["prefix"] = " ".join(f"{ipaddress.IPv6Address(p[:16])}/{p[16]}" for p in p6)
+                else:
+                    out["prefix"] = f"{ipaddress.IPv4Address(payload[80:84])}/{plen}"
             out["v2_gidchids"] = []
             v2 = 52 + v2_off
             if v2_off and out["typev2"] in ("D", "B") and len(payload) >= v2 + 8:
@@ -452,6 +465,12 @@ def check_negotiation(conns, expect, vlan, snapshot, events):
             bad.append(f"proposal offers v1 {prop['typev1']} v2 {prop['typev2']}, expected SMC-D in both")
         if by_gid.get(prop.get("gid")) is None:
             bad.append(f"the proposal's SMC-Dv1 GID {prop.get('gid', 0):#018x} is no function's")
+        # A v1 offer carries the client's subnet (or IPv6 prefixes): the client's address
+        # is in one of them.
+        client = ipaddress.ip_address(conn.split(">")[0].rsplit(":", 1)[0].strip("[]"))
+        nets = [ipaddress.ip_network(p, strict=False) for p in prop.get("prefix", "").split()]
+        if prop["typev1"] in ("D", "B") and not any(client in n for n in nets):
+            bad.append(f"the v1 proposal's prefix {prop.get('prefix', 'none')!r} does not hold the client's address {client}")
         for m in (acc, conf):
             if m["version"] != want:
                 bad.append(f"{m['kind']} is v{m['version']}, expected v{want}")

@@ -245,7 +245,7 @@ for topo in "${topologies[@]}"; do
     if [ "$topo" != crash ]; then
         expect=()
         case "$topo" in
-            v1) expect=("${V1_EXPECT[@]}") ;;
+            v1) expect=("${V1_EXPECT_NOVLAN[@]}") ;;
             vlan) expect=("${V1_EXPECT[@]}" --vlan "$V1_VLAN") ;;
             # connections back to back: DMB reuses cannot show when zeroing happened
             api) expect=(--unpaced) ;;

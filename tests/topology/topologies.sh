@@ -159,16 +159,18 @@ run_multi() {
     return "$rc"
 }
 
-# run_v1_case CASE [VLAN]: e2e.sh's run_v1, held to V1_EXPECT by check_e2e.py, in one line.
+# run_v1_case CASE [VLAN]: e2e.sh's run_v1, held to V1_EXPECT (V1_EXPECT_NOVLAN without a
+# VLAN) by check_e2e.py, in one line.
 run_v1_case() {
-    local case="$1" vlan="${2:-}" rc=0 st
+    local case="$1" vlan="${2:-}" rc=0 st expect=("${V1_EXPECT_NOVLAN[@]}")
+    [ -z "$vlan" ] || expect=("${V1_EXPECT[@]}")
     run_v1 ${vlan:+"$vlan"} || rc=1
     observe json >"$RUN_DIR/snapshot.json" 2>>"$RUN_DIR/emulator.log" || rc=1
     emu_stop && st=0 || st=$?
     record_check emulator_clean_shutdown "$st" "SIGTERM: exit status 0, sockets removed" || rc=1
     topo_cleanup
     ismcheck check_e2e --variant "$VARIANT" --run-dir "$RUN_DIR" \
-        --checks "$RUN_DIR/checks.jsonl" "${V1_EXPECT[@]}" ${vlan:+--vlan "$vlan"} \
+        --checks "$RUN_DIR/checks.jsonl" "${expect[@]}" ${vlan:+--vlan "$vlan"} \
         >"$RUN_DIR/check_e2e.txt" 2>&1 || rc=1
     [ "$rc" = 0 ] || sed 's/^/  /' "$RUN_DIR/check_e2e.txt"
     ismcheck check_topology e2e --case "$case" --run-dir "$RUN_DIR" \

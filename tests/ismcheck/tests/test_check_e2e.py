@@ -8,6 +8,7 @@ The inputs are what a run leaves: the guests' console lines (`ISMTEST: BOOTED`,
 the values a 7.x guest really prints, fail on every wrong one, and be skipped (with its
 reason) on a kernel without the dibs layer."""
 
+import ipaddress
 import json
 import os
 import pathlib
@@ -148,15 +149,19 @@ class Points(unittest.TestCase):
 
 
 def pcap(frames, vlan=None):
-    """A little-endian Ethernet pcap of IPv4/TCP frames given as (src, sport, dst, dport,
-    payload), tagged with 802.1Q VLAN `vlan` if given."""
+    """A little-endian Ethernet pcap of IPv4/TCP or IPv6/TCP frames (by the addresses)
+    given as (src, sport, dst, dport, payload), tagged with 802.1Q VLAN `vlan` if given."""
     out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
     for src, sport, dst, dport, payload in frames:
         tcp = struct.pack(">HHIIBBHHH", sport, dport, 0, 0, 5 << 4, 0x18, 65535, 0, 0) + payload
-        ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0, 64, 6, 0,
-                         bytes(map(int, src.split("."))), bytes(map(int, dst.split("."))))
+        s, d = ipaddress.ip_address(src), ipaddress.ip_address(dst)
+        if s.version == 6:
+            ip, ethertype = struct.pack(">IHBB", 6 << 28, len(tcp), 6, 64) + s.packed + d.packed, b"\x86\xdd"
+        else:
+            ip, ethertype = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0, 64, 6, 0,
+                                        s.packed, d.packed), b"\x08\x00"
         tag = b"" if vlan is None else b"\x81\x00" + struct.pack(">H", 0x2000 | vlan)
-        frame = b"\x02" * 12 + tag + b"\x08\x00" + ip + tcp
+        frame = b"\x02" * 12 + tag + ethertype + ip + tcp
         out += struct.pack("<IIII", 0, 0, len(frame), len(frame)) + frame
     return out
 
@@ -195,14 +200,19 @@ EYE_D = b"\xe2\xd4\xc3\xc4"
 GID_A, GID_B = 0x12340049534D0001, 0x12340049534D0002
 
 
-def proposal(gid, v1=True, v2=True, ueids=(), seid=True, chid=0x1234):
-    """A Linux client's proposal: SMC-Dv1 (its GID/CHID and the IPv4 prefix 10.0.0.0/24)
-    if v1, the v2 extension (UEIDs, the SEID flag, no extra GID/CHID entries) if v2."""
+def proposal(gid, v1=True, v2=True, ueids=(), seid=True, chid=0x1234, prefix6=()):
+    """A Linux client's proposal: SMC-Dv1 (its GID/CHID and the IPv4 prefix 10.0.0.0/24,
+    or, over IPv6, a zero subnet and the prefixes `prefix6`) if v1, the v2 extension
+    (UEIDs, the SEID flag, no extra GID/CHID entries) if v2."""
     smcd_types = (1 if v1 else 2) | ((1 if v2 else 2) << 2)
     body = bytes(30) + struct.pack(">H", 40 if v1 else 0)
-    v2_off = 28 + (8 if v1 else 0) if v2 else 0
+    v2_off = 28 + (8 + 17 * len(prefix6) if v1 else 0) if v2 else 0
     body += struct.pack(">QHH", gid if v1 else 0, chid if v1 else 0, v2_off) + bytes(28)
-    if v1:
+    if v1 and prefix6:
+        body += bytes([0, 0, 0, 0, 0, 0, 0, len(prefix6)])
+        for p in map(ipaddress.IPv6Network, prefix6):
+            body += p.network_address.packed + bytes([p.prefixlen])
+    elif v1:
         body += bytes([10, 0, 0, 0, 24, 0, 0, 0])
     if v2:
         body += struct.pack(">BBBBxxH", len(ueids), 0, 0, 0x10 | int(seid), 32 + 32 * len(ueids)) + bytes(32)
@@ -238,8 +248,7 @@ class ClcNegotiation(unittest.TestCase):
     """What a handshake offered and agreed on, read from the wire and held to the kernel's
     code (the topologies v1 and vlan) and to the host's DMBs."""
 
-    def handshakes(self, version, port=12345, vlan=None, prop=None, acc_gid=GID_A):
-        c, s = "10.0.0.2", "10.0.0.1"
+    def handshakes(self, version, port=12345, vlan=None, prop=None, acc_gid=GID_A, c="10.0.0.2", s="10.0.0.1"):
         frames = [(c, 40000, s, port, prop or proposal(GID_B)),
                   (s, port, c, 40000, accept_confirm(2, version, acc_gid, 0x100000000)),
                   (c, 40000, s, port, accept_confirm(3, version, GID_B, 0x200000000))]
@@ -254,6 +263,31 @@ class ClcNegotiation(unittest.TestCase):
         self.assertEqual((m["kind"], m["version"], m["typev1"], m["typev2"]), ("proposal", 2, "D", "D"))
         self.assertEqual((m["gid"], m["chid"], m["prefix"]), (GID_B, 0x1234, "10.0.0.0/24"))
         self.assertEqual((m["ueids"], m["seid"], m["v2_gidchids"]), (1, False, []))
+
+    def test_fields_of_an_ipv6_proposal(self):
+        m = check_e2e.clc_fields(proposal(GID_B, prefix6=("fd00::/64", "fd01:2::/48")))
+        self.assertEqual((m["typev1"], m["typev2"], m["prefix"]), ("D", "D", "fd00::/64 fd01:2::/48"))
+        self.assertEqual((m["ueids"], m["seid"]), (0, True))   # the v2 extension after them
+
+    def test_ipv6_handshake_on_the_wire(self):
+        conns = self.handshakes(1, port=12347, c="fd00::2", s="fd00::1", prop=proposal(GID_B, prefix6=("fd00::/64",)))
+        self.assertEqual(list(conns), ["[fd00::2]:40000>[fd00::1]:12347"])
+        ok, notes = check_e2e.check_negotiation(conns, {12347: 1}, None, NEG_SNAPSHOT, self.EVENTS)
+        self.assertTrue(ok, notes)
+        self.assertIn("prefix fd00::/64", notes[0])
+
+    def test_v1_prefix_must_hold_the_client(self):
+        cases = {
+            "IPv6 prefix of another net": self.handshakes(1, port=12347, c="fd00::2", s="fd00::1",
+                                                          prop=proposal(GID_B, prefix6=("fd01::/64",))),
+            "IPv4 subnet over IPv6": self.handshakes(1, port=12347, c="fd00::2", s="fd00::1"),
+            "IPv4 subnet of another net": self.handshakes(1, port=12347, c="10.1.0.2", s="10.1.0.1"),
+        }
+        for what, conns in cases.items():
+            with self.subTest(what):
+                ok, notes = check_e2e.check_negotiation(conns, {12347: 1}, None, NEG_SNAPSHOT, self.EVENTS)
+                self.assertFalse(ok, notes)
+                self.assertIn("does not hold the client's address", " ".join(notes))
 
     def test_fields_of_a_v2_only_proposal(self):
         m = check_e2e.clc_fields(proposal(GID_B, v1=False))
