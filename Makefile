@@ -27,13 +27,13 @@ export CACHE_DIR BUILD_DIR
 .PHONY: all deps images images-all images-test sources qemu qemu-asan qemu-series-check qemu-smoke-asan kernel initramfs emulator demo test unit qemu-smoke qemu-sigp e2e \
 	e2e-variants matrix e2e-matrix results-check readme-check fresh-check shell shell-check \
 	ci-smcd-check vng-check bench bench-guests experiment timeline soak soak-short fuzz faults topologies \
-	scale bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown bug-closeuaf bug-splicewait bug-readgid upstream hops coverage chaos lint clean \
+	scale bug-livelock bug-lateabort bug-chid0 bug-smcdterm bug-dibslock bug-ieqnull bug-vlanlock bug-hslimit bug-latedata bug-peerdown bug-closeuaf bug-splicewait bug-readgid bug-clientarr bug-hsleak upstream hops coverage chaos lint clean \
 	help install cli-check check-images
 all: images emulator ## QEMU, the guest kernel + initramfs and the emulator (the default)
 
 # Each target's `## ` text, one line per target, in the order of this file.
 help: ## this list
-	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|rxabort-kill|lateabort-fix|lateabort-fix-61|lateabort-fix-510|smcdterm-fix|ieqnull-fix|vlanlock-fix|hslimit-fix|readgid-fix|closeuaf-fix|latedata-rfc|latedata-rfc-510|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix|debug-closeuaf-fix] [GCOV=1] [V=1]"
+	echo "Usage: make [TARGET...] [KERNEL=5.10|6.1|6.12|7.2|7.3] [VARIANT=stock|prezero|nozero|rxabort-fix|rxabort-kill|lateabort-fix|lateabort-fix-61|lateabort-fix-510|smcdterm-fix|ieqnull-fix|vlanlock-fix|hslimit-fix|readgid-fix|clientarr-fix|closeuaf-fix|latedata-rfc|latedata-rfc-510|loopback|debug|dibslock-bug|debug-ieqnull-fix|debug-vlanlock-fix|debug-closeuaf-fix] [GCOV=1] [V=1]"
 	echo "Targets:"
 	sed -nE 's/^([a-z][a-z0-9-]*):[^#]*## (.*)$$/  \1\t\2/p' $(MAKEFILE_LIST) | expand -t 18
 	echo "Variables and what each target does: docs/running.md (\"Targets and variables\"); defaults: scripts/config.sh."
@@ -369,6 +369,24 @@ bug-splicewait: qemu emulator ## recv behind an unread splice: stock spins and i
 READGID_LINES ?= 6.12
 bug-readgid: qemu emulator ## a probe whose READ_GID failed: stock stays bound and oopses on unbind, readgid-fix fails it
 	$(call bug_check,$(READGID_LINES),bug/023 bug/024)
+
+# Connects aborted during the handshake leave socks never freed (docs/known-bugs.md
+# section 17, open: no fix yet; tests/bug/027): 20 rounds of smcapi hsabort, then
+# net/smc must unload. On each line of HSLEAK_LINES (default 6.12) stock shows the leak.
+HSLEAK_LINES ?= 6.12
+bug-hsleak: qemu emulator ## connects aborted mid-handshake: stock leaves socks that keep net/smc loaded (open)
+	$(call bug_check,$(HSLEAK_LINES),bug/027)
+
+# A probe whose client array allocation failed reports success (docs/known-bugs.md
+# section 16; tests/bug/025-026, guest-tests/kernel/patches/clientarr-fix): the ism
+# driver loaded with each allocation of its probe failed in turn (the kernel's fault
+# injection: both kernels are GCOV=1 builds, which have it). On 6.12 stock must report
+# success for a failed probe and oops when the driver is unloaded; VARIANT=clientarr-fix
+# must fail every such probe and connect over SMC-D after.
+bug-clientarr: qemu emulator ## a probe whose allocation failed: stock stays bound and oopses on unload, clientarr-fix fails it
+	$(MAKE) --no-print-directory kernel initramfs KERNEL=6.12 VARIANT=stock GCOV=1
+	$(MAKE) --no-print-directory kernel initramfs KERNEL=6.12 VARIANT=clientarr-fix GCOV=1
+	KERNEL=6.12 ./check $(CHECK_FLAGS) bug/025 bug/026
 
 # Data left unsent at close written after the close (docs/known-bugs.md section 9;
 # tests/bug/007-008, guest-tests/kernel/patches/latedata-rfc): a slow reader, no

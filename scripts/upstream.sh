@@ -33,7 +33,7 @@ help_and_no_options "$@"
 PATCHES_DIR="$REPO_ROOT/guest-tests/kernel/patches"
 FIXES_CHECKED="$PATCHES_DIR/fixes-checked.txt"
 # Fixes first, in the order docs/known-bugs.md gives their standing.
-FIXES=(smcdterm-fix vlanlock-fix ieqnull-fix readgid-fix hslimit-fix splicewait-fix rxabort-fix lateabort-fix closeuaf-fix latedata-rfc)
+FIXES=(smcdterm-fix vlanlock-fix ieqnull-fix readgid-fix clientarr-fix hslimit-fix splicewait-fix rxabort-fix lateabort-fix closeuaf-fix latedata-rfc)
 UPSTREAM_DIR="${UPSTREAM_DIR:-$BUILD_DIR/upstream}"
 UPSTREAM_BASE="${UPSTREAM_BASE:-7.3}"
 wanted=("$@")
@@ -80,9 +80,10 @@ line_source() {
 # conf FIX: loads the fix's upstream.conf (STANDING, PREFIX, LINES, SCENARIO, EVIDENCE,
 # RECORDED, NOTES; BACKPORTS: LINE:VARIANT (or LINE:VARIANT/LINE, the variant's folder for
 # that line) of a line whose code needs the fix in another
-# form, that variant's own patches).
+# form, that variant's own patches; BASE_LINE: the line a stable-only fix is written
+# against, for code mainline no longer has).
 conf() {
-    STANDING="" PREFIX="PATCH net" LINES="" SCENARIO="" EVIDENCE="" RECORDED="" NOTES="" BACKPORTS=""
+    STANDING="" PREFIX="PATCH net" LINES="" SCENARIO="" EVIDENCE="" RECORDED="" NOTES="" BACKPORTS="" BASE_LINE=""
     # shellcheck disable=SC1090
     source "$PATCHES_DIR/$1/upstream.conf"
     [ -n "$STANDING" ] && [ -n "$LINES" ] && [ -n "$EVIDENCE" ] || die "$1/upstream.conf: STANDING, LINES and EVIDENCE are required"
@@ -254,13 +255,17 @@ declare -A SRC
 for line in $TEST_LINES $UPSTREAM_BASE; do
     [ -n "${SRC[$line]:-}" ] || SRC[$line]="$(line_source "$line")"
 done
-BASE="${SRC[$UPSTREAM_BASE]}"
-BASE_NAME="$(sed -E 's/^linux-source-[^_]+_([^_]+)_all\.deb$/\1/' "$BASE.from")"
 
 failed=0
 rows=()
 for FIX in "${wanted[@]}"; do
     conf "$FIX"
+    # The line it is written against: UPSTREAM_BASE, or its BASE_LINE (a stable-only fix,
+    # for code mainline no longer has).
+    base_line="${BASE_LINE:-$UPSTREAM_BASE}"
+    [ -n "${SRC[$base_line]:-}" ] || SRC[$base_line]="$(line_source "$base_line")"
+    BASE="${SRC[$base_line]}"
+    BASE_NAME="$(sed -E 's/^linux-source-[^_]+_([^_]+)_all\.deb$/\1/' "$BASE.from")"
     mapfile -t patches < <(fix_patches "$FIX")
     out="$UPSTREAM_DIR/$FIX"
     rm -rf "$out" && mkdir -p "$out"
@@ -298,7 +303,10 @@ for FIX in "${wanted[@]}"; do
     built=()
     for line in $LINES $(backport_lines); do
         for v in "$(fix_variant "$line")" "debug-$FIX"; do
-            if [ -f "$(kernel_dir "$line" "$v")/bzImage" ]; then built+=("$line"); break; fi
+            # (or its GCOV=1 build: the one bug/025-026 boot, for its fault injection)
+            if [ -f "$(kernel_dir "$line" "$v")/bzImage" ] || [ -f "$(GCOV=1 kernel_dir "$line" "$v")/bzImage" ]; then
+                built+=("$line"); break
+            fi
         done
     done
     ev="$(evidence)"
@@ -308,7 +316,7 @@ for FIX in "${wanted[@]}"; do
         echo "$FIX: $(grep -m1 -h '^Subject:' "$out"/0001-*.patch 2>/dev/null | sed 's/^Subject: //')"
         echo
         echo "Standing: $STANDING"
-        echo "Written against: Debian linux-source-$UPSTREAM_BASE $BASE_NAME (git format-patch; index lines of that tree)"
+        echo "Written against: Debian linux-source-$base_line $BASE_NAME (git format-patch; index lines of that tree)"
         echo "Applies (patch -p1 -F0): ${app[*]}   (-: the line has no such code; backport: its own form, ${BACKPORTS:-none})"
         echo "checkpatch --strict: $cp errors/warnings/checks (UNKNOWN_COMMIT_ID left to fixes.txt: no kernel history here)"
         echo "Fixes: $fx (fixes.txt)"
@@ -331,7 +339,7 @@ for FIX in "${wanted[@]}"; do
 done
 
 echo
-echo "make upstream: against Debian linux-source-$UPSTREAM_BASE $BASE_NAME; one folder per fix in $UPSTREAM_DIR"
+echo "make upstream: against Debian linux-source-$UPSTREAM_BASE $(sed -E 's/^linux-source-[^_]+_([^_]+)_all\.deb$/\1/' "${SRC[$UPSTREAM_BASE]}.from") (a stable-only fix: its BASE_LINE); one folder per fix in $UPSTREAM_DIR"
 {
     echo "fix|standing|applies|checkpatch|Fixes|BUG -> FIXED (last runs)|result"
     printf '%s\n' "${rows[@]}"
