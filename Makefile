@@ -370,11 +370,12 @@ READGID_LINES ?= 6.12
 bug-readgid: qemu emulator ## a probe whose READ_GID failed: stock stays bound and oopses on unbind, readgid-fix fails it
 	$(call bug_check,$(READGID_LINES),bug/023 bug/024)
 
-# Connects aborted during the handshake leave socks never freed (docs/known-bugs.md
-# section 17, open: no fix yet; tests/bug/027): 20 rounds of smcapi hsabort, then
-# net/smc must unload. On each line of HSLEAK_LINES (default 6.12) stock shows the leak.
+# Connects aborted during the handshake leave socks held for minutes after every socket
+# is closed (docs/known-bugs.md section 17, open: no fix yet; tests/bug/027): batches
+# of smcapi hsabort until one leaves net/smc referenced, then the wait for those
+# references to go. On each line of HSLEAK_LINES (default 6.12) stock shows it.
 HSLEAK_LINES ?= 6.12
-bug-hsleak: qemu emulator ## connects aborted mid-handshake: stock leaves socks that keep net/smc loaded (open)
+bug-hsleak: qemu emulator ## connects aborted mid-handshake: stock holds their socks, and net/smc, for minutes (open)
 	$(call bug_check,$(HSLEAK_LINES),bug/027)
 
 # A probe whose client array allocation failed reports success (docs/known-bugs.md

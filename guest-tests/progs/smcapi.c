@@ -2818,7 +2818,7 @@ static const struct subtest g_tests[] = {
 	{ "deferaccept", t_deferaccept, 1 },
 	{ "signal", t_signal, 1 },
 	{ "unaccepted", t_unaccepted, 1 },
-	{ "hsabort", t_hsabort, 0 }, /* can leak a socket: known-bugs section 17, tests/bug/027 */
+	{ "hsabort", t_hsabort, 0 }, /* can hold socks for minutes: known-bugs section 17, tests/bug/027 */
 	{ "trace", t_trace, 1 },
 	{ "netlink", t_netlink, 1 },
 	{ "pnet", t_pnet, 1 },
