@@ -34,8 +34,9 @@
 #   unbind        b unbinds the ism driver from its function mid-stream: both sides' stream
 #                 ends at once (b's kernel tells a), and after b binds it again, SMC-D
 #   alloc-fail    not the emulator: one guest's kernel fails its own allocations under
-#                 net/smc, then under the ism driver (fault injection, GCOV=1 kernels),
-#                 while it connects to itself: every phase ends, the kernel reports
+#                 the ism driver, then under net/smc (fault injection, GCOV=1 kernels),
+#                 while it connects to itself, then each module's init with each
+#                 allocation failed in turn: every phase ends, the kernel reports
 #                 nothing, SMC-D works after, and unloading net/smc unregisters every
 #                 DMB the guest registered
 # (default: all). Every scenario also asserts the host's reuse verdict: CLEAN, or each
