@@ -181,11 +181,31 @@ debian_mirror() {
 # need_host_packages PKG...: installs what is missing from the host's own (Debian 12)
 # sources. Prefer need_packages STEP, which takes the list from scripts/host-packages.
 need_host_packages() {
-    local missing=() p
+    local missing=() lock
+    _missing_host_packages "$@"
+    [ ${#missing[@]} -eq 0 ] && return 0
+    # One install at a time: on a fresh machine CI's parallel builds all start by
+    # installing, and a second apt-get fails at once on dpkg's lock. The lock is held to
+    # the end of this function (or of the process, when it dies); whoever waited looks
+    # again, as the first may have installed what it needs.
+    mkdir -p "$CACHE_DIR"
+    exec {lock}>"$CACHE_DIR/host-packages.lock"
+    flock "$lock"
+    _missing_host_packages "$@"
+    [ ${#missing[@]} -eq 0 ] && { exec {lock}>&-; return 0; }
+    _install_host_packages
+    exec {lock}>&-
+}
+# _missing_host_packages PKG...: sets the caller's `missing` to those not installed.
+_missing_host_packages() {
+    local p
+    missing=()
     for p in "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
-    [ ${#missing[@]} -eq 0 ] && return 0
+}
+# _install_host_packages: installs the caller's `missing` (need_host_packages, locked).
+_install_host_packages() {
     step "installing host packages (Debian's, from the host's apt sources): ${missing[*]}"
     # The decision rests on this machine's apt state, not on a mark in the cache (a cache
     # restored from another machine, as CI's is, would skip the update): no package
@@ -197,7 +217,9 @@ need_host_packages() {
         logged "apt-get update" apt-get update || die "apt-get update failed"
         updated=1 first=(logged)
     fi
-    local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}")
+    # Another program's apt (an unattended upgrade) is waited for, not failed on.
+    local install=(env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y
+        --no-install-recommends "${missing[@]}")
     "${first[@]}" "installing ${missing[*]}" "${install[@]}" && return 0
     [ -z "$updated" ] || die "could not install host packages: ${missing[*]}"
     step "the install failed on this machine's package lists (stale?): apt-get update, then again"
