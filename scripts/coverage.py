@@ -416,7 +416,10 @@ def print_beyond(args, by_label, files):
     head = [f"lines beyond {args.beyond}"] + [n for n, _ in groups]
     rows = []
     for label, (counts, rel) in by_label.items():
-        if label == args.beyond or rel != release:
+        # Another build of the same source (the debug kernel's chaos) counts the same
+        # source lines: compared by line, as the same kernel's columns are.
+        other_build = label in (args.also_beyond or []) and rel.split("-")[0] == release.split("-")[0]
+        if label == args.beyond or (rel != release and not other_build):
             continue
         row = [label]
         for _, pick in groups:
@@ -545,6 +548,8 @@ def main():
     r.add_argument("--reasons")
     r.add_argument("--beyond", metavar="LABEL",
                    help="print what each other column of LABEL's kernel reaches beyond LABEL")
+    r.add_argument("--also-beyond", action="append", metavar="LABEL",
+                   help="a column of another build of the same source (a debug kernel) to compare too")
     r.add_argument("--no-html", dest="html", action="store_false")
     args = ap.parse_args()
     return cmd_collect(args) if args.cmd == "collect" else cmd_report(args)

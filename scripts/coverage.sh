@@ -16,6 +16,10 @@
 #   chaos          a fixed chaos campaign (tests/chaos/chaos.py: COVERAGE_CHAOS_ROUNDS
 #                  rounds of seed COVERAGE_CHAOS_SEED, default 30 of 43) on the stock
 #                  kernel;
+#   chaos-debug    the same campaign on the debug kernel (VARIANT=debug, GCOV=1: KASAN,
+#                  lockdep and the other detectors, as make chaos runs it), whose slower
+#                  timing meets other windows; another build, so a column of its own
+#                  beside the headline, compared with the suites line by line;
 #   loopback-ism   the anchor: the same guest programs (smcsuite's tests) on one guest
 #                  of VARIANT=loopback (CONFIG_SMC_LO, 7.x: CONFIG_DIBS_LO) with no ISM
 #                  function, talking to itself over loopback-ism, as upstream's own
@@ -27,7 +31,9 @@
 #             printed, never judged (it proves that collection keeps working)
 # Environment: KERNEL (the line, default 6.12; 6.1 and later), COVERAGE_OUT (default
 # build/coverage), COVERAGE_SUITES (what runs, default "idle e2e topologies experiment
-# faults livelock chaos"), COVERAGE_CHAOS_ROUNDS, COVERAGE_CHAOS_SEED, GUEST_TIMEOUT.
+# faults livelock chaos"; add chaos-debug for the debug kernel's column, which first
+# builds a GCOV=1 debug kernel, about 25 minutes on two cores), COVERAGE_CHAOS_ROUNDS,
+# COVERAGE_CHAOS_SEED, GUEST_TIMEOUT.
 # Exit status: 0 when every guest's counters were collected and the report was written,
 # whatever the suites said (a suite's failure is printed: under gcov the guests are
 # slower, and it is the figures this measures); 1 otherwise.
@@ -49,7 +55,7 @@ SUITES="${COVERAGE_SUITES:-idle e2e topologies experiment faults livelock chaos}
 [ "$SHORT" = 0 ] || SUITES=e2e-short
 started=$SECONDS
 rm -rf "$OUT"
-mkdir -p "$OUT/raw/suites" "$OUT/raw/faults" "$OUT/raw/chaos" "$OUT/raw/loopback-ism" "$OUT/logs"
+mkdir -p "$OUT/raw/suites" "$OUT/raw/faults" "$OUT/raw/chaos" "$OUT/raw/chaos-debug" "$OUT/raw/loopback-ism" "$OUT/logs"
 export GCOV=1 RESULTS_DIR="$OUT/results"
 
 build() {   # build VARIANT: the GCOV=1 kernel and initramfs of KERNEL
@@ -58,6 +64,7 @@ build() {   # build VARIANT: the GCOV=1 kernel and initramfs of KERNEL
 }
 build stock
 [ "$SHORT" = 1 ] || build loopback
+[[ " $SUITES " != *" chaos-debug "* ]] || build debug
 make -C "$REPO_ROOT" --no-print-directory -s emulator || die "the emulator did not build"
 
 declare -A took=() status=()
@@ -92,7 +99,9 @@ for s in $SUITES; do
         # net/smc, and a GCOV=1 debug kernel would be a second kernel to sum).
         chaos) suite chaos chaos env VARIANT=stock CHAOS_DIR="$OUT/logs/chaos" "$REPO_ROOT/tests/chaos/chaos.py" \
             --rounds "${COVERAGE_CHAOS_ROUNDS:-30}" --seed "${COVERAGE_CHAOS_SEED:-43}" --once ;;
-        *) die "COVERAGE_SUITES: unknown suite '$s' (e2e, e2e-short, topologies, experiment, faults, livelock, chaos, idle)" ;;
+        chaos-debug) suite chaos-debug chaos-debug env VARIANT=debug CHAOS_DIR="$OUT/logs/chaos-debug" \
+            "$REPO_ROOT/tests/chaos/chaos.py" --rounds "${COVERAGE_CHAOS_ROUNDS:-30}" --seed "${COVERAGE_CHAOS_SEED:-43}" --once ;;
+        *) die "COVERAGE_SUITES: unknown suite '$s' (e2e, e2e-short, topologies, experiment, faults, livelock, chaos, chaos-debug, idle)" ;;
     esac
 done
 if [ "$SHORT" = 0 ]; then
@@ -129,6 +138,14 @@ columns=(--column "emulated-ism=${all%,}")
 if [ ${#sources[@]} -gt 1 ]; then
     for c in "${sources[@]}"; do columns+=(--column "$c=$OUT/raw/$c"); done
     [[ " ${sources[*]} " != *" suites "* ]] || columns+=(--beyond suites)
+fi
+# The debug kernel's chaos: its own column, and what it reaches beyond the suites.
+if [ -n "$(ls -A "$OUT/raw/chaos-debug")" ]; then
+    columns+=(--column "chaos-debug=$OUT/raw/chaos-debug")
+    if [[ " ${sources[*]} " == *" suites "* ]]; then
+        [[ " ${columns[*]} " == *" --beyond suites "* ]] || columns+=(--beyond suites)
+        columns+=(--also-beyond chaos-debug)
+    fi
 fi
 if [ "$SHORT" = 0 ]; then
     [ -n "$(ls -A "$OUT/raw/loopback-ism")" ] || die "coverage: no guest's counters in $OUT/raw/loopback-ism"

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """scripts/coverage.py: what it takes off a console, and how it sums and reports."""
 
+import argparse
+import contextlib
 import gzip
+import io
 import os
 import sys
 import tempfile
@@ -123,6 +126,33 @@ class Counting(unittest.TestCase):
             coverage.write_beyond(faults, coverage.beyond(suites, faults, smc), path, "t")
             with open(path) as f:
                 self.assertIn("- `net/smc/smc_rx.c` `smc_rx_splice()`: 1 line (11)", f.read())
+
+    def test_beyond_compares_another_build_of_the_same_source_only_when_named(self):
+        suites, debug, loop = coverage.Counts(), coverage.Counts(), coverage.Counts()
+        suites.add_json(self.doc_lines([1, 0, 0]), "/w/src")
+        debug.add_json(self.doc_lines([1, 0, 2]), "/w/src")
+        loop.add_json(self.doc_lines([1, 3, 0]), "/w/src")
+        by_label = {"suites": (suites, "6.12.117-gcov"), "chaos-debug": (debug, "6.12.117-debug-gcov"),
+                    "loopback-ism": (loop, "6.12.117-loopback-gcov")}
+        files = ["net/smc/smc_rx.c"]
+        with tempfile.TemporaryDirectory() as d:
+            args = argparse.Namespace(beyond="suites", also_beyond=["chaos-debug"], out=d)
+            for label in by_label:  # cmd_report makes each column's folder
+                os.makedirs(os.path.join(d, label))
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                coverage.print_beyond(args, by_label, files)
+            # the debug build's line 12, by line; the loopback build, not named, not compared
+            self.assertIn("chaos-debug", out.getvalue())
+            self.assertNotIn("loopback-ism", out.getvalue())
+            with open(os.path.join(d, "chaos-debug", "beyond-suites.md")) as f:
+                self.assertIn("(12)", f.read())
+            # another source (another line's kernel) is never compared, even when named
+            by_label["chaos-debug"] = (debug, "6.1.176-debug-gcov")
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                coverage.print_beyond(args, by_label, files)
+            self.assertNotIn("chaos-debug", out.getvalue())
 
     def test_column_specs(self):
         self.assertEqual(coverage.parse_columns(["all=a,b", "a=a"]), [("all", ["a", "b"]), ("a", ["a"])])
