@@ -44,6 +44,9 @@
 #   --socket-wait SECONDS how long to wait for ISM sockets to appear (SOCKET_WAIT; default 10)
 #   --qemu PATH           QEMU binary (QEMU; default $BUILD_DIR/qemu/bin/qemu-system-s390x)
 #   --pidfile PATH        QEMU writes its pid there (PIDFILE), e.g. to kill the guest hard
+#   --status-file PATH    this script's exit status goes there as it exits (STATUS_FILE):
+#                         for a caller with hundreds of children, whose shell forgets a
+#                         child's status once its PID is reused (make scale)
 #   --dry-run             print the command line and exit
 # COVERAGE_DIR=DIR: a GCOV=1 guest's counters, printed on its console at its end, go to
 # DIR/<stamp>-<name>/ (scripts/coverage.py collect; docs/coverage.md).
@@ -91,6 +94,7 @@ SMP="${SMP:-2}"
 TB_SIZE="${TB_SIZE:-}"
 SOCKET_WAIT="${SOCKET_WAIT:-10}"
 PIDFILE="${PIDFILE:-}"
+STATUS_FILE="${STATUS_FILE:-}"
 DRY_RUN=0
 extra=()
 
@@ -118,12 +122,14 @@ while [ $# -gt 0 ]; do
         --socket-wait) need_arg "$@"; SOCKET_WAIT="$2"; shift 2 ;;
         --qemu) need_arg "$@"; QEMU="$2"; shift 2 ;;
         --pidfile) need_arg "$@"; PIDFILE="$2"; shift 2 ;;
+        --status-file) need_arg "$@"; STATUS_FILE="$2"; shift 2 ;;
         --dry-run) DRY_RUN=1; shift ;;
         -h|--help) script_usage "${BASH_SOURCE[0]}"; exit 0 ;;
         --) shift; extra=("$@"); break ;;
         *) usage_error "unknown option: $1" ;;
     esac
 done
+[ -z "$STATUS_FILE" ] || trap 'rc=$?; echo "$rc" >"$STATUS_FILE"; exit "$rc"' EXIT
 
 # --- check the inputs
 [[ "$NAME" =~ ^[A-Za-z0-9._-]+$ ]] || usage_error "--name must be letters, digits, . _ -"
