@@ -370,13 +370,14 @@ READGID_LINES ?= 6.12
 bug-readgid: qemu emulator ## a probe whose READ_GID failed: stock stays bound and oopses on unbind, readgid-fix fails it
 	$(call bug_check,$(READGID_LINES),bug/023 bug/024)
 
-# Connects aborted during the handshake leave socks held for minutes after every socket
-# is closed (docs/known-bugs.md section 17, open: no fix yet; tests/bug/027): batches
-# of smcapi hsabort until one leaves net/smc referenced, then the wait for those
-# references to go. On each line of HSLEAK_LINES (default 6.12) stock shows it.
+# A connect that completes as its socket closes leaves the server's socket waiting for a
+# close that never comes (docs/known-bugs.md section 17; tests/bug/027-028,
+# guest-tests/kernel/patches/hsleak-fix): batches of smcapi hsabort until one leaves
+# net/smc referenced, then the wait for those references to go. On each line of
+# HSLEAK_LINES (default 6.12) stock must show it and VARIANT=hsleak-fix must not.
 HSLEAK_LINES ?= 6.12
-bug-hsleak: qemu emulator ## connects aborted mid-handshake: stock holds their socks, and net/smc, for minutes (open)
-	$(call bug_check,$(HSLEAK_LINES),bug/027)
+bug-hsleak: qemu emulator ## a connect that completes as it closes: stock holds the server's sock for minutes, hsleak-fix tells it
+	$(call bug_check,$(HSLEAK_LINES),bug/027 bug/028)
 
 # A probe whose client array allocation failed reports success (docs/known-bugs.md
 # section 16; tests/bug/025-026, guest-tests/kernel/patches/clientarr-fix): the ism

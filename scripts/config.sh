@@ -31,6 +31,9 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # client array allocation failed and that still reported success: guest-tests/kernel/
 # patches/clientarr-fix, tests/bug/025, 026, which run it with GCOV=1, the kernels with
 # fault injection).
+# hsleak-fix (every line: a client whose connect completed while it closed tells its peer
+# with an abort, so that the server's connection does not wait for a close that never
+# comes: guest-tests/kernel/patches/hsleak-fix, tests/bug/027, 028).
 # ieqnull-fix (every line: the ism driver fix for an event interrupt before the event queue
 # is published: guest-tests/kernel/patches/ieqnull-fix, tests/bug/013, 014).
 # vlanlock-fix (6.12 and 7.x: the ism driver takes its command lock with interrupts off, so
@@ -59,7 +62,7 @@ KERNEL="${KERNEL:-$DEFAULT_KERNEL}"
 # dibslock-bug (7.x only, test only: the debug variant with the CVE-2026-74617 fix reverted,
 # for the dibs lock scenario of docs/known-bugs.md).
 VARIANT="${VARIANT:-stock}"
-VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix lateabort-fix-61 lateabort-fix-510 smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix splicewait-fix readgid-fix clientarr-fix closeuaf-fix latedata-rfc latedata-rfc-510 chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix debug-closeuaf-window debug-closeuaf-window-fix debug-closeuaf-window-61 debug-closeuaf-window-61-fix debug-closeuaf-window-510 debug-closeuaf-window-510-fix"
+VARIANTS="stock prezero nozero rxabort-fix rxabort-kill lateabort-fix lateabort-fix-61 lateabort-fix-510 smcdterm-fix ieqnull-fix vlanlock-fix hslimit-fix splicewait-fix readgid-fix clientarr-fix hsleak-fix closeuaf-fix latedata-rfc latedata-rfc-510 chid0-peer chid0-fix loopback debug dibslock-bug debug-ieqnull-fix debug-vlanlock-fix debug-closeuaf-fix debug-closeuaf-window debug-closeuaf-window-fix debug-closeuaf-window-61 debug-closeuaf-window-61-fix debug-closeuaf-window-510 debug-closeuaf-window-510-fix"
 # GCOV=1: the selected line and variant built with gcov profiling of net/smc, the ism
 # driver and dibs (guest-tests/kernel/gcov/); every guest booted with it hands its
 # counters to the host at its end (make coverage, docs/coverage.md). Its artefacts carry

@@ -33,7 +33,7 @@ help_and_no_options "$@"
 PATCHES_DIR="$REPO_ROOT/guest-tests/kernel/patches"
 FIXES_CHECKED="$PATCHES_DIR/fixes-checked.txt"
 # Fixes first, in the order docs/known-bugs.md gives their standing.
-FIXES=(smcdterm-fix vlanlock-fix ieqnull-fix readgid-fix clientarr-fix hslimit-fix splicewait-fix rxabort-fix lateabort-fix closeuaf-fix latedata-rfc)
+FIXES=(smcdterm-fix vlanlock-fix ieqnull-fix readgid-fix clientarr-fix hslimit-fix splicewait-fix hsleak-fix rxabort-fix lateabort-fix closeuaf-fix latedata-rfc)
 UPSTREAM_DIR="${UPSTREAM_DIR:-$BUILD_DIR/upstream}"
 UPSTREAM_BASE="${UPSTREAM_BASE:-7.3}"
 wanted=("$@")

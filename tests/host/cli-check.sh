@@ -159,7 +159,7 @@ for cmd in qemu-configs/run-guest.sh tests/smcd/e2e.sh tests/fault/faults.sh scr
 done
 run env VARIANT=zeroed BUILD_DIR="$WORK/build" qemu-configs/run-guest.sh
 expect_rc 1 "VARIANT=zeroed run-guest.sh"
-expect_in err "^error: VARIANT=zeroed is unknown \(stock, prezero, nozero, rxabort-fix, rxabort-kill, lateabort-fix, lateabort-fix-61, lateabort-fix-510, smcdterm-fix, ieqnull-fix, vlanlock-fix, hslimit-fix, splicewait-fix, readgid-fix, clientarr-fix, closeuaf-fix, latedata-rfc, latedata-rfc-510, chid0-peer, chid0-fix, loopback, debug, dibslock-bug, debug-ieqnull-fix, debug-vlanlock-fix, debug-closeuaf-fix, debug-closeuaf-window, debug-closeuaf-window-fix, debug-closeuaf-window-61, debug-closeuaf-window-61-fix, debug-closeuaf-window-510, debug-closeuaf-window-510-fix\)" "run-guest.sh names the variants"
+expect_in err "^error: VARIANT=zeroed is unknown \(stock, prezero, nozero, rxabort-fix, rxabort-kill, lateabort-fix, lateabort-fix-61, lateabort-fix-510, smcdterm-fix, ieqnull-fix, vlanlock-fix, hslimit-fix, splicewait-fix, readgid-fix, clientarr-fix, hsleak-fix, closeuaf-fix, latedata-rfc, latedata-rfc-510, chid0-peer, chid0-fix, loopback, debug, dibslock-bug, debug-ieqnull-fix, debug-vlanlock-fix, debug-closeuaf-fix, debug-closeuaf-window, debug-closeuaf-window-fix, debug-closeuaf-window-61, debug-closeuaf-window-61-fix, debug-closeuaf-window-510, debug-closeuaf-window-510-fix\)" "run-guest.sh names the variants"
 
 # ---- run-guest.sh's exit status, with a stand-in for QEMU -----------------------------------
 # It writes STUB_CONSOLE (printf format) where guest.args sends the console (the file
