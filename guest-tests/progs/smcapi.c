@@ -2131,14 +2131,21 @@ out:
 
 /* accept on a non-blocking listener within secs: a connection its handshake lost is
  * dequeued and dropped by smc_accept (the listener polled readable for nothing), so
- * poll and accept again until the time is up; -1 with errno ETIMEDOUT then */
-static int accept_live(int lfd, int secs)
+ * poll and accept again until the time is up; -1 with errno ETIMEDOUT then. A
+ * connection its client aborted before the accept makes accept() fail with its error
+ * (smc_accept returns sock_error() of the new socket, and the socket is released):
+ * ECONNRESET, counted in *resets, and the next one is taken. */
+static int accept_live(int lfd, int secs, int *resets)
 {
 	double end = now_s() + secs;
 	int fd;
 
 	do {
 		fd = accept_within(lfd, 1);
+		if (fd < 0 && errno == ECONNRESET) {
+			(*resets)++;
+			continue;
+		}
 		if (fd >= 0 || (errno != EAGAIN && errno != ETIMEDOUT))
 			return fd;
 	} while (now_s() < end);
@@ -2148,7 +2155,7 @@ static int accept_live(int lfd, int secs)
 
 static int t_hsabort(void)
 {
-	int rc = R_FAIL_, l = -1, c = -1, s = -1, port = g_port++, handed = 0, resets = 0;
+	int rc = R_FAIL_, l = -1, c = -1, s = -1, port = g_port++, handed = 0, resets = 0, accept_resets = 0;
 	long long before = srv_hs_errors(), after;
 	unsigned char b[16];
 
@@ -2166,7 +2173,7 @@ static int t_hsabort(void)
 	}
 	/* Whatever the listener still hands out (a connection whose proposal went out before
 	 * the abort) must end without data, never block. */
-	while ((s = accept_live(l, 3)) >= 0) {
+	while ((s = accept_live(l, 3, &accept_resets)) >= 0) {
 		ssize_t n = recv(s, b, sizeof(b), 0);
 
 		CHECK(n == 0 || (n < 0 && (errno == ECONNRESET || errno == ECONNABORTED || errno == EPIPE)),
@@ -2181,14 +2188,18 @@ static int t_hsabort(void)
 		CHECK(after >= before && after - before <= HSABORT_TRIES,
 		      "server handshake errors went from %lld to %lld over %d aborted connections", before, after,
 		      HSABORT_TRIES);
-	/* a reset: the client's connect had completed and its close told the server so */
+	/* a reset, at the accept or the first read: the client's connect had completed and
+	 * its close told the server so (known-bugs section 17: on a kernel without
+	 * hsleak-fix such a connection is handed out and never ends) */
+	CHECK(handed + accept_resets <= HSABORT_TRIES, "%d connections handed out and %d reset at the accept, of %d made",
+	      handed, accept_resets, HSABORT_TRIES);
 	err_line("hsabort: %d of %d aborted connections handed out (%d ended with a reset), server handshake errors "
-		 "%lld -> %lld", handed, HSABORT_TRIES, resets, before, after);
+		 "%lld -> %lld", handed + accept_resets, HSABORT_TRIES, resets + accept_resets, before, after);
 	/* the listener still works: the next client gets SMC-D, intact */
 	c = smc_sock();
 	CHECK(c >= 0, "socket: %s", strerror(errno));
 	CHECK(connect_to(c, port) == 0, "connect after the aborted ones: %s", strerror(errno));
-	s = accept_live(l, 20);
+	s = accept_live(l, 20, &accept_resets);
 	CHECK(s >= 0, "accept after the aborted ones: %s", strerror(errno));
 	if (expect_smcd(c, "client after the aborted handshakes", NULL) ||
 	    expect_smcd(s, "server after the aborted handshakes", NULL) || exchange(c, s, 95, 20000))
