@@ -219,9 +219,10 @@ bench: ## the device's throughput table (cargo bench; every thread on one CPU un
 hops: images emulator ## a waited store's round trip, hop by hop (QEMU trace + the device's hop log)
 	scripts/hops.sh
 
-# Many guests on one emulator, one function each, all attached at once, up to one VCHID's
-# 255 (scripts/scale.sh, docs/performance.md): a row per N of GUESTS with wall time, the
-# emulator's CPU and memory, the host's peak memory, connections and the reuse verdict.
+# Many guests on one emulator, one function each, all attached at once at the end (they
+# run in turns of 64, each frozen once done), up to one VCHID's 255 (scripts/scale.sh,
+# docs/performance.md): a row per N of GUESTS with wall time, the emulator's CPU and
+# memory, the host's peak memory, connections and the reuse verdict.
 GUESTS ?= 32
 scale: images emulator ## many guests on one emulator (GUESTS="32 64 128 255"): time, memory, connections, reuse verdict
 	SCALE_GUESTS="$(GUESTS)" scripts/scale.sh

@@ -18,16 +18,17 @@
 # kernel (a periodic 250 Hz tick) costs 5.6 % of a core a guest, 14 cores for 255
 # (docs/performance.md). SCALE_TURN=0 starts them all at once and freezes none.
 #
-# Prints one row per N: wall time; the emulator's CPU time, peak RSS, fds and threads; the
-# guests' QEMUs' RSS (at the host's peak) and how many were up at once; the host's memory
-# in use at its peak (and before the run); connections, how many were SMC-D on both sides and verified; and the
-# host's reuse verdict (observe summary --check). A row passes when every connection is
-# SMC-D and verified and the verdict is CLEAN or no reuse.
+# Prints one row per N: wall time (until the last guest reported); the emulator's CPU
+# time, peak RSS, fds and threads; the guests' QEMUs' RSS (at the host's peak) and how
+# many were up at once; the host's memory in use at its peak (and before the run);
+# connections, how many were SMC-D on both sides and verified; and the host's reuse
+# verdict (observe summary --check). A row passes when all N guests were up at once,
+# every connection is SMC-D and verified and the verdict is CLEAN or no reuse.
 #
 # Usage: scripts/scale.sh              (or: make scale GUESTS="32 64 128 255")
-# Environment: SCALE_GUESTS (32), SCALE_TURN (64), SCALE_BYTES (2M), SCALE_CONNS (4), SCALE_SAMPLE_S (2),
-#   GUEST_MEM (128M), GUEST_SMP (1), GUEST_TB_SIZE (16), GUEST_TIMEOUT (3600),
-#   SCALE_DIR (build/scale), KERNEL, VARIANT. Writes SCALE_DIR/results.txt (the table)
+# Environment: SCALE_GUESTS (32), SCALE_TURN (64), SCALE_BYTES (2M), SCALE_CONNS (4),
+#   SCALE_SAMPLE_S (2), GUEST_MEM (128M), GUEST_SMP (1), GUEST_TB_SIZE (16),
+#   GUEST_TIMEOUT (3600), SCALE_DIR (build/scale), KERNEL, VARIANT. Writes SCALE_DIR/results.txt (the table)
 #   and SCALE_DIR/N/ (logs, samples.txt). Exit status 0 if every row passed.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$REPO_ROOT/scripts/topology.sh"
