@@ -96,7 +96,8 @@ for s in $SUITES; do
         experiment) suite suites experiment env EXP_DIR="$OUT/logs/experiment" EXP_KERNELS="$KERNEL" EXP_BENCH=0 \
             EXP_CONNS="${EXP_CONNS:-20}" EXP_ROUNDS="${EXP_ROUNDS:-3}" "$REPO_ROOT/scripts/experiment.sh" ;;
         # The stock kernel (make chaos defaults to debug: its detectors change no line of
-        # net/smc, and a GCOV=1 debug kernel would be a second kernel to sum).
+        # net/smc, and a GCOV=1 debug kernel is a second kernel, not summed into the
+        # headline: chaos-debug is its column).
         chaos) suite chaos chaos env VARIANT=stock CHAOS_DIR="$OUT/logs/chaos" "$REPO_ROOT/tests/chaos/chaos.py" \
             --rounds "${COVERAGE_CHAOS_ROUNDS:-30}" --seed "${COVERAGE_CHAOS_SEED:-43}" --once ;;
         chaos-debug) suite chaos-debug chaos-debug env VARIANT=debug CHAOS_DIR="$OUT/logs/chaos-debug" \
