@@ -135,6 +135,62 @@ fn zeroing_at_handout_is_a_clean_reuse_without_zeroing_at_release() {
     assert_eq!(s.m.observer.summaries()[0].zeroed_after_close, 0);
 }
 
+/// The owner's zeroing and the old connection's last CDC message cross (fault/002 on
+/// 7.3.4): the message lands behind the zeroing and the DMB is never all zero. The
+/// watch finds it zero but for that message, and the next connection's stale bytes
+/// are that message's.
+#[test]
+fn a_late_cdc_behind_the_zeroing_is_a_late_write_after_it() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"the stream");
+    // The close's CDC again, read before it lands with the stream still there.
+    let late = cdc_after(CLOSED | 0x20, 10);
+    s.peer.move_data(s.dmb.token, 0, &late, true).unwrap();
+    s.m.fabric.poll_zeroing();
+    // The owner zeroes all of it but the slot, which the late message took after the
+    // zeroing went past it.
+    let zeros = vec![0u8; s.dmb.len as usize - 32];
+    s.owner.ram.write(s.dmb.ram_offset + 32, &zeros).unwrap();
+    s.m.fabric.poll_zeroing();
+    connection(&mut s.peer, &s.dmb, b"next");
+    let ev = kinds(&s.m, &s.events);
+    let late_writes = of_kind(&ev, "late_write");
+    assert_eq!(late_writes.len(), 1);
+    assert_eq!(
+        late_writes[0]["after_zeroed"], false,
+        "not known when it landed"
+    );
+    let zeroed = of_kind(&ev, "dmb_zeroed");
+    assert_eq!(zeroed.len(), 1, "{ev:?}");
+    assert_eq!(zeroed[0]["late_cdc_kept"], true);
+    let reuse = of_kind(&ev, "dmb_reused");
+    assert_eq!(
+        (
+            reuse[0]["clean"].clone(),
+            reuse[0]["first_stale_offset"].clone()
+        ),
+        (false.into(), 0.into())
+    );
+    let summary = &s.m.observer.summaries()[0];
+    assert_eq!(
+        (summary.late_writes, summary.late_writes_after_zeroed),
+        (1, 1)
+    );
+}
+
+/// Without a late message the slot is read as any other byte: a DMB zeroed but for
+/// its old CDC header is not zeroed.
+#[test]
+fn an_old_cdc_header_left_alone_is_not_zeroing() {
+    let s = scene();
+    let mut peer = s.peer;
+    connection(&mut peer, &s.dmb, b"the stream");
+    let zeros = vec![0u8; s.dmb.len as usize - 32];
+    s.owner.ram.write(s.dmb.ram_offset + 32, &zeros).unwrap();
+    s.m.fabric.poll_zeroing();
+    assert!(of_kind(&kinds(&s.m, &s.events), "dmb_zeroed").is_empty());
+}
+
 #[test]
 fn repeated_closing_cdc_does_not_start_a_connection() {
     let mut s = scene();

@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::dmb::Dmb;
 use crate::fault::Fired;
-use crate::ism::MoveAddress;
+use crate::ism::{cdc, MoveAddress};
 
 /// What the fabric reports, under its lock, as functions and DMBs come and go and data
 /// moves. The observer implements it; the fabric knows only this trait.
@@ -126,15 +126,23 @@ pub struct ZeroWatch {
     pub token: u64,
     pub scan_from: u64,
     pub dirty_at: Option<u64>,
+    /// The last CDC message the closed connection's peer wrote at offset 0 since the
+    /// close. Found there byte for byte with the rest of the DMB zero, it landed behind
+    /// the owner's zeroing ([`ZeroScan::ZeroButLateCdc`]).
+    pub late_cdc: Option<cdc::Area>,
 }
 
 /// What one look at a watched DMB found; also the trace's record of it (`"zero"`,
-/// `{"dirty":OFF}`, `{"zero_up_to":OFF}`, `"unreadable"`).
+/// `"zero_but_late_cdc"`, `{"dirty":OFF}`, `{"zero_up_to":OFF}`, `"unreadable"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ZeroScan {
     /// All zero from `scan_from` to the end: zeroed.
     Zero,
+    /// Zeroed, but for offset 0's 32 bytes, which hold the closed connection's late CDC
+    /// message exactly: the owner zeroed the whole DMB (the data the old connection left
+    /// is gone) and that message came in behind the zeroing.
+    ZeroButLateCdc,
     /// The byte at this offset is nonzero.
     Dirty(u64),
     /// Zero from `scan_from` up to this offset; the rest next time.

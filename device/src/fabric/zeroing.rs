@@ -4,6 +4,7 @@
 
 use crate::dmb::OpTime;
 use crate::guest::{DmaView, Scan};
+use crate::ism::cdc;
 
 use super::events::{ZeroScan, ZeroWatch};
 use super::{Fabric, Record};
@@ -65,32 +66,55 @@ pub(super) fn look_at(fabric: &Fabric, watch: Vec<ZeroWatch>) -> Vec<(u64, ZeroS
 const PAGE: u64 = 4096;
 
 /// One look at a watched DMB: the byte that was dirty last time (one page), and if it is
-/// clean now, or there was none, the next `ZERO_SCAN_BUDGET` bytes from there.
+/// clean now, or there was none, the next `ZERO_SCAN_BUDGET` bytes from there. Offset
+/// 0's CDC slot holding the closed connection's late CDC message is read past: what
+/// the look then finds is whether the owner zeroed everything else.
 fn look(w: &ZeroWatch, view: &DmaView) -> ZeroScan {
-    let mut from = w.scan_from;
-    if let Some(at) = w.dirty_at {
+    let len = view.len();
+    // The CDC slot is read on every look while a late CDC message may be in it: the
+    // scan goes past the slot only while the slot holds that message.
+    let mut kept = false;
+    if let Some(late) = w.late_cdc {
+        let mut slot = [0u8; cdc::LEN];
+        if view.read(0, &mut slot).is_err() {
+            return ZeroScan::Unreadable;
+        }
+        kept = slot == late;
+        if let Some(at) = slot.iter().position(|&b| b != 0).filter(|_| !kept) {
+            return ZeroScan::Dirty(at as u64);
+        }
+    }
+    let past = |at: u64| if kept { at.max(cdc::LEN as u64) } else { at };
+    let mut from = past(w.scan_from);
+    if let Some(at) = w.dirty_at.filter(|&at| past(at) == at) {
         match view.scan(at, 1) {
             Ok(Scan::Dirty(_)) => return ZeroScan::Dirty(at),
             Ok(Scan::Zero) => from = at,
             Err(_) => return ZeroScan::Unreadable,
         }
     }
-    let len = view.len();
     let from = from.min(len);
     let n = (len - from).min(ZERO_SCAN_BUDGET);
     match view.scan(from, n) {
         Ok(Scan::Dirty(at)) => ZeroScan::Dirty(at),
+        Ok(Scan::Zero) if from + n == len && kept => ZeroScan::ZeroButLateCdc,
         Ok(Scan::Zero) if from + n == len => ZeroScan::Zero,
         Ok(Scan::Zero) => ZeroScan::ZeroUpTo(from + n),
         Err(_) => ZeroScan::Unreadable,
     }
 }
 
-/// What `look` may read: a page for the dirty byte, then up to the budget.
+/// What `look` may read: the CDC slot when a late CDC message may be in it, a page for
+/// the dirty byte, then up to the budget.
 fn look_cost(w: &ZeroWatch, len: u64) -> u64 {
+    let slot = if w.late_cdc.is_some() {
+        cdc::LEN as u64
+    } else {
+        0
+    };
     let hint = if w.dirty_at.is_some() { PAGE } else { 0 };
     let from = w.dirty_at.unwrap_or(w.scan_from);
-    hint + len.saturating_sub(from).clamp(1, ZERO_SCAN_BUDGET)
+    slot + hint + len.saturating_sub(from).clamp(1, ZERO_SCAN_BUDGET)
 }
 
 #[cfg(test)]
@@ -110,6 +134,7 @@ mod tests {
             token,
             scan_from: 0,
             dirty_at: None,
+            late_cdc: None,
         };
         rig.sink
             .watch
@@ -143,12 +168,54 @@ mod tests {
             token: 1,
             scan_from: 0,
             dirty_at: None,
+            late_cdc: None,
         };
         assert_eq!(look(&w, &view), ZeroScan::ZeroUpTo(ZERO_SCAN_BUDGET));
         w.scan_from = ZERO_SCAN_BUDGET;
         assert_eq!(look(&w, &view), ZeroScan::Zero);
         ram.write(len - 1, &[1]).unwrap();
         assert_eq!(look(&w, &view), ZeroScan::Dirty(len - 1));
+    }
+
+    /// fault/002 on 7.3.4 (CI, stop 59): the owner's zeroing and the old connection's
+    /// late CDC message crossed, and the DMB was never all zero. Zero but for that
+    /// message, byte for byte, is the zeroing; anything else in the slot is not.
+    #[test]
+    fn a_late_cdc_message_behind_the_zeroing_is_read_past() {
+        let len = 65536;
+        let ram = GuestRam::new(len).unwrap();
+        let view = view_of(&ram, len);
+        let late = [
+            0xfe, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe, 0, 0, 0x1a, 0x50, 0, 0, 0, 0, 0, 0, 0, 0, 0x80,
+            0x20, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        ram.write(0, &late).unwrap();
+        ram.write(4096, &[7; 100]).unwrap();
+        let mut w = ZeroWatch {
+            token: 1,
+            scan_from: 0,
+            dirty_at: Some(0),
+            late_cdc: Some(late),
+        };
+        assert_eq!(
+            look(&w, &view),
+            ZeroScan::Dirty(4096),
+            "the old data is still there"
+        );
+        ram.write(4096, &[0; 100]).unwrap();
+        assert_eq!(look(&w, &view), ZeroScan::ZeroButLateCdc);
+        // Another message in the slot (a different cursor): not the late one.
+        ram.write(12, &[0x1b]).unwrap();
+        assert_eq!(look(&w, &view), ZeroScan::Dirty(0));
+        // No late CDC message known: the slot is as dirty as any byte.
+        ram.write(12, &[0x1a]).unwrap();
+        w.late_cdc = None;
+        assert_eq!(look(&w, &view), ZeroScan::Dirty(0));
+        // The slot zeroed too: plain zero, whatever the watch expected there.
+        ram.write(0, &[0; 32]).unwrap();
+        w.late_cdc = Some(late);
+        assert_eq!(look(&w, &view), ZeroScan::Zero);
+        assert_eq!(look_cost(&w, len), 32 + PAGE + len);
     }
 
     #[test]
@@ -162,6 +229,7 @@ mod tests {
             token: 1,
             scan_from: len - 1,
             dirty_at: Some(len - 1),
+            late_cdc: None,
         };
         assert_eq!(look_cost(&w, len), PAGE + 1);
         assert_eq!(look(&w, &view), ZeroScan::Dirty(len - 1));

@@ -82,6 +82,9 @@ pub struct DmbLife {
     since_cdc: Moved,
     /// Closed: what the close took, should the connection turn out to go on.
     last_close: Option<LastClose>,
+    /// Closed, zeroing not yet seen: the last CDC message the old connection's peer
+    /// wrote since the close, for the watch to recognise behind the owner's zeroing.
+    late_cdc: Option<cdc::Area>,
 }
 
 /// Data moves counted: how many, and their bytes.
@@ -170,6 +173,7 @@ impl Tracker {
                 cursor: Cursor::default(),
                 since_cdc: Moved::default(),
                 last_close: None,
+                late_cdc: None,
             },
         );
     }
@@ -259,8 +263,9 @@ impl Tracker {
                     let zeroed = found_zero || pending.as_ref().is_some_and(|p| p.found_zero);
                     let mut events = Vec::new();
                     if zeroed && !life.watch_done {
-                        events.push(Self::zeroing_seen(life));
+                        events.push(Self::zeroing_seen(life, false));
                     }
+                    life.late_cdc = data.try_into().ok();
                     events.push(Self::late_write(life, pending));
                     return events;
                 }
@@ -345,6 +350,7 @@ impl Tracker {
         life.closed_us = None;
         life.watch_done = false;
         life.last_close = None;
+        life.late_cdc = None;
         events.push(s.event(What::ConnOpened { rgid: s.rgid, conn }));
         events
     }
@@ -459,6 +465,7 @@ impl Tracker {
         life.closed_us = Some(now_us());
         life.scan_from = 0;
         life.dirty_at = None;
+        life.late_cdc = None;
         let s = &mut life.summary;
         s.state = ConnState::Closed;
         s.closes += 1;
@@ -706,6 +713,56 @@ mod tests {
         let d = t.summary(TOKEN).unwrap();
         assert_eq!((d.late_writes, d.late_writes_after_zeroed), (2, 1));
         assert_eq!(d.zeroed_after_close, 1);
+    }
+
+    /// fault/002 (move-reject) on 7.3.4, CI of stop 59: the read before the late CDC
+    /// message found the owner's zeroing under way (16,294 bytes of the stream left),
+    /// the message landed behind it, and no look ever found the DMB all zero. The
+    /// watch finds it zero but for that message: the zeroing, and a late write after it.
+    #[test]
+    fn a_late_cdc_that_crossed_the_zeroing_is_after_the_zeroing() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        assert_eq!(kinds(&mv(&mut t, data_at(32), &[7; 4096], 0)), ["opened"]);
+        let abort = cdc_at(cdc::PEER_CONN_ABORT, 4096);
+        assert_eq!(kinds(&mv(&mut t, cdc_at0(), &abort, 0)), ["closed"]);
+        assert_eq!(t.zero_watch()[0].late_cdc, None, "no late CDC yet");
+        let late = mv(&mut t, cdc_at0(), &abort, 16294);
+        assert!(matches!(
+            late[..],
+            [What::LateWrite {
+                after_zeroed: false,
+                ..
+            }]
+        ));
+        let watch = t.zero_watch();
+        assert_eq!(watch[0].late_cdc.map(|m| m.to_vec()), Some(abort.clone()));
+        let (events, pending) = t.zero_scanned(&[(TOKEN, ZeroScan::ZeroButLateCdc)]);
+        assert_eq!(pending, 0);
+        assert!(
+            matches!(
+                events[..],
+                [ObservedEvent {
+                    what: What::DmbZeroed {
+                        conn: 1,
+                        late_cdc_kept: true,
+                        ..
+                    },
+                    ..
+                }]
+            ),
+            "{events:?}"
+        );
+        let d = t.summary(TOKEN).unwrap();
+        assert_eq!((d.late_writes, d.late_writes_after_zeroed), (1, 1));
+        assert_eq!(d.zeroed_after_close, 1);
+        // The next connection finds what that message left: 6 nonzero bytes at 0.
+        assert!(mv(&mut t, data_at(32), &[1; 48], 6).is_empty());
+        let opened = mv(&mut t, cdc_at0(), &cdc_at(0, 48), 6);
+        assert_eq!(kinds(&opened), ["reused", "opened"]);
+        // A new close forgets the old message.
+        mv(&mut t, cdc_at0(), &cdc_at(cdc::PEER_CONN_CLOSED, 48), 0);
+        assert_eq!(t.zero_watch()[0].late_cdc, None);
     }
 
     /// What `make faults`' late-write scenario shows: the old connection's close writes

@@ -58,6 +58,10 @@ pub enum What {
     DmbZeroed {
         conn: u64,
         delay_ms: f64,
+        /// Zero but for the closed connection's late CDC message, which landed behind
+        /// the zeroing (a late write after it); absent when false.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        late_cdc_kept: bool,
     },
     DmbReused {
         conn: u64,

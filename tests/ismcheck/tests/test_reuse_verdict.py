@@ -39,6 +39,29 @@ class RecordedRuns(unittest.TestCase):
         verdict, _, explained, unexplained = reuse_verdict.judge(lines, {"late-cdc"})
         self.assertEqual((verdict, len(explained), unexplained), ("STALE", 1, []))
 
+    def test_a_late_cdc_that_crossed_the_zeroing_is_explained_by_the_zeroing_found_around_it(self):
+        # fault/002 on 7.3.4 in CI (stop 59): the read before b's late CDC message found a's
+        # zeroing under way, and no look found the DMB all zero. As recorded, the host had
+        # no zeroing before the late write and the 6 stale bytes stayed unexplained.
+        lines = events("move-reject-crossed-7.3.events.jsonl")
+        verdict, _, explained, unexplained = reuse_verdict.judge(lines, {"late-cdc"})
+        self.assertEqual((verdict, explained, len(unexplained)), ("STALE", [], 1))
+        # The watch now reads past that message and finds the rest zero: the dmb_zeroed
+        # line it gives at its next look (415.177741) explains the reuse, with late-cdc only.
+        at = next(i for i, l in enumerate(lines) if l["kind"] == "late_write") + 1
+        zeroed = {"time_us": 1796638415177741, "function": "ism0", "gid": "0x12340049534d0001",
+                  "token": "0x100000000", "kind": "dmb_zeroed", "conn": 1, "delay_ms": 21.6,
+                  "late_cdc_kept": True}
+        lines = lines[:at] + [zeroed] + lines[at:]
+        verdict, _, explained, unexplained = reuse_verdict.judge(lines, {"late-cdc"})
+        self.assertEqual((verdict, len(explained), unexplained), ("STALE", 1, []))
+        self.assertIn("6 stale bytes, a late CDC message", explained[0])
+        self.assertEqual(len(reuse_verdict.judge(lines, set())[3]), 1)
+        # More than a CDC message's bytes are not that message's.
+        big = [dict(l, stale_bytes=33) if l["kind"] == "dmb_reused" and not l["clean"] else l
+               for l in lines]
+        self.assertEqual(len(reuse_verdict.judge(big, {"late-cdc"})[3]), 1)
+
     def test_late_write_is_crossed_by_an_old_connections_close(self):
         lines = events("late-write-6.12.events.jsonl")
         verdict, _, explained, unexplained = reuse_verdict.judge(lines, {"late-cdc"})

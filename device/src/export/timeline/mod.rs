@@ -397,6 +397,7 @@ mod tests {
                 What::DmbZeroed {
                     conn: 1,
                     delay_ms: 3.0,
+                    late_cdc_kept: false,
                 },
             ),
             unregistered(3_000_000),
@@ -558,6 +559,7 @@ mod tests {
                 What::DmbZeroed {
                     conn: 1,
                     delay_ms: 1.0,
+                    late_cdc_kept: false,
                 },
             ),
             line(

@@ -164,9 +164,18 @@ impl Track {
                 });
                 events.push(end_slice(open, end, at));
             }
-            What::DmbZeroed { conn, delay_ms } => {
+            What::DmbZeroed {
+                conn,
+                delay_ms,
+                late_cdc_kept,
+            } => {
                 let instant = TraceEvent::instant("zeroed".into(), "zeroing", at, t, Scope::Thread);
-                events.push(instant.arg("conn", conn).arg("delay_ms", delay_ms));
+                let instant = instant.arg("conn", conn).arg("delay_ms", delay_ms);
+                events.push(if late_cdc_kept {
+                    instant.arg("late_cdc_kept", true)
+                } else {
+                    instant
+                });
             }
             What::DmbNotZeroed { conn, watched_ms } => {
                 let name = "not zeroed".to_string();

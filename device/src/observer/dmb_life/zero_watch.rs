@@ -5,6 +5,7 @@ use super::{since, DmbLife, Tracker};
 use crate::fabric::{ZeroScan, ZeroWatch};
 use crate::observer::summary::ConnState;
 use crate::observer::{ObservedEvent, What, ZERO_WATCH_LIMIT};
+use crate::util::ratelimit::guest_log;
 
 impl Tracker {
     fn watched(life: &DmbLife) -> bool {
@@ -23,6 +24,7 @@ impl Tracker {
                     token: l.summary.token,
                     scan_from: l.scan_from,
                     dirty_at: l.dirty_at,
+                    late_cdc: l.late_cdc,
                 };
                 (l.looked_at, w)
             })
@@ -32,19 +34,35 @@ impl Tracker {
     }
 
     /// The owner's zeroing of a closed DMB, seen now (by the watch, or by the read before
-    /// a late write): the delay since the close is an upper bound.
-    pub(super) fn zeroing_seen(life: &mut DmbLife) -> ObservedEvent {
+    /// a late write): the delay since the close is an upper bound. `late_cdc_kept`: the
+    /// watch found the DMB zero but for the late CDC message the old connection's peer
+    /// wrote since the close, which therefore landed behind the zeroing (the read before
+    /// it caught the owner's zeroing under way): one more late write after the zeroing.
+    pub(super) fn zeroing_seen(life: &mut DmbLife, late_cdc_kept: bool) -> ObservedEvent {
         let delay_ms = since(life.closed_us).as_secs_f64() * 1e3;
         if let Some(record) = life.current() {
             record.zeroed_after_ms = Some(delay_ms);
         }
         life.watch_done = true;
+        life.late_cdc = None;
         let s = &mut life.summary;
         s.zeroed_after_close += 1;
         s.zero_delays_ms.record(delay_ms);
+        s.late_writes_after_zeroed += u64::from(late_cdc_kept);
+        if late_cdc_kept {
+            guest_log!(
+                Warn,
+                s.function,
+                s.gid,
+                "DMB {:#x}: the peer of closed connection {} wrote its CDC message into it behind the owner's zeroing",
+                s.token,
+                s.connections
+            );
+        }
         s.event(What::DmbZeroed {
             conn: s.connections,
             delay_ms,
+            late_cdc_kept,
         })
     }
 
@@ -63,7 +81,8 @@ impl Tracker {
             }
             life.looked_at = self.tick;
             match scan {
-                ZeroScan::Zero => events.push(Self::zeroing_seen(life)),
+                ZeroScan::Zero => events.push(Self::zeroing_seen(life, false)),
+                ZeroScan::ZeroButLateCdc => events.push(Self::zeroing_seen(life, true)),
                 ZeroScan::Dirty(at) => {
                     life.scan_from = at;
                     life.dirty_at = Some(at);
