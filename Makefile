@@ -375,8 +375,8 @@ bug-readgid: qemu emulator ## a probe whose READ_GID failed: stock stays bound a
 # close that never comes (docs/known-bugs.md section 17; tests/bug/027-028,
 # guest-tests/kernel/patches/hsleak-fix): batches of smcapi hsabort until one leaves
 # net/smc referenced, then the wait for those references to go. On each line of
-# HSLEAK_LINES (default 6.12) stock must show it and VARIANT=hsleak-fix must not.
-HSLEAK_LINES ?= 6.12
+# HSLEAK_LINES (default 6.12 and 7.3) stock must show it and VARIANT=hsleak-fix must not.
+HSLEAK_LINES ?= 6.12 7.3
 bug-hsleak: qemu emulator ## a connect that completes as it closes: stock holds the server's sock for minutes, hsleak-fix tells it
 	$(call bug_check,$(HSLEAK_LINES),bug/027 bug/028)
 
