@@ -265,7 +265,10 @@ impl Tracker {
                     if zeroed && !life.watch_done {
                         events.push(Self::zeroing_seen(life, false));
                     }
-                    life.late_cdc = data.try_into().ok();
+                    // for the watch, which stops once it has seen the zeroing
+                    if !life.watch_done {
+                        life.late_cdc = data.try_into().ok();
+                    }
                     events.push(Self::late_write(life, pending));
                     return events;
                 }
