@@ -178,6 +178,74 @@ fn a_late_cdc_behind_the_zeroing_is_a_late_write_after_it() {
     );
 }
 
+/// The owner's zeroing and the old connection's late data cross (fault/010 on 6.12): a
+/// late chunk lands behind the zeroing, and the DMB is never all zero again. The watch
+/// finds it zero but for the late chunk and CDC message, counts the chunk's bytes, and
+/// the chunk after it is a late write after the zeroing.
+#[test]
+fn late_data_behind_the_zeroing_is_counted_as_after_it() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, &[0x55; 4000]);
+    let chunk: Vec<u8> = (0..1000u32).map(|i| (i % 250 + 1) as u8).collect();
+    s.peer
+        .move_data(s.dmb.token, 32 + 4000, &chunk, false)
+        .unwrap();
+    s.peer
+        .move_data(s.dmb.token, 0, &cdc_after(CLOSED | 0x20, 5000), true)
+        .unwrap();
+    s.m.fabric.poll_zeroing();
+    // The owner's zeroing went past the chunk's place before the chunk landed there:
+    // everything but the slot and the chunk is zero.
+    let zeros = vec![0u8; 4000];
+    s.owner.ram.write(s.dmb.ram_offset + 32, &zeros).unwrap();
+    let tail = vec![0u8; s.dmb.len as usize - 5032];
+    s.owner.ram.write(s.dmb.ram_offset + 5032, &tail).unwrap();
+    s.m.fabric.poll_zeroing();
+    let ev = kinds(&s.m, &s.events);
+    let zeroed = of_kind(&ev, "dmb_zeroed");
+    assert_eq!(zeroed.len(), 1, "{ev:?}");
+    assert_eq!(zeroed[0]["late_cdc_kept"], true);
+    let cdc_bytes = cdc_after(CLOSED | 0x20, 5000)
+        .iter()
+        .filter(|&&b| b != 0)
+        .count();
+    assert_eq!(zeroed[0]["late_bytes_kept"], 1000 + cdc_bytes);
+    // The next chunk and its CDC message: after the zeroing.
+    s.peer
+        .move_data(s.dmb.token, 32 + 5000, &chunk[..10], false)
+        .unwrap();
+    s.peer
+        .move_data(s.dmb.token, 0, &cdc_after(CLOSED | 0x20, 5010), true)
+        .unwrap();
+    let ev = kinds(&s.m, &s.events);
+    let late_writes = of_kind(&ev, "late_write");
+    assert_eq!(late_writes.len(), 1, "{ev:?}");
+    assert_eq!(
+        (
+            late_writes[0]["after_zeroed"].clone(),
+            late_writes[0]["bytes"].clone()
+        ),
+        (true.into(), 10.into())
+    );
+    let summary = &s.m.observer.summaries()[0];
+    assert_eq!(
+        (summary.late_writes, summary.late_writes_after_zeroed),
+        (2, 2)
+    );
+}
+
+/// Data a closed DMB received that no CDC message with the close flags claimed yet may
+/// be a new connection's: the watch does not read past it.
+#[test]
+fn unclaimed_data_behind_the_zeroing_is_not_zeroing() {
+    let mut s = scene();
+    connection(&mut s.peer, &s.dmb, b"the stream");
+    s.owner_zeroes_the_dmb();
+    s.peer.move_data(s.dmb.token, 32, b"next", false).unwrap();
+    s.m.fabric.poll_zeroing();
+    assert!(of_kind(&kinds(&s.m, &s.events), "dmb_zeroed").is_empty());
+}
+
 /// Without a late message the slot is read as any other byte: a DMB zeroed but for
 /// its old CDC header is not zeroed.
 #[test]

@@ -311,8 +311,16 @@ run_late_data() {
     local late
     late="$(python3 - "$RUN_DIR/events.jsonl" <<'PY'
 import json, sys
-n = sum(int(e.get("bytes") or 0) for e in map(json.loads, open(sys.argv[1]))
-        if e.get("kind") == "late_write" and e.get("function") == "ism0" and e.get("after_zeroed"))
+# the late writes after the zeroing, and what a zeroing found crossed by late writes
+# left of them (their nonzero bytes: dmb_zeroed's late_bytes_kept)
+n = 0
+for e in map(json.loads, open(sys.argv[1])):
+    if e.get("function") != "ism0":
+        continue
+    if e.get("kind") == "late_write" and e.get("after_zeroed"):
+        n += int(e.get("bytes") or 0)
+    elif e.get("kind") == "dmb_zeroed":
+        n += int(e.get("late_bytes_kept") or 0)
 print(n)
 PY
 )"

@@ -13,11 +13,11 @@ Exceptions (each a known kernel bug, docs/known-bugs.md):
             last CDC message, and data it was still sending ("An aborted connection's
             last CDC message"). It explains a stale reuse when the old connection
             wrote into the DMB after the owner had zeroed it (late writes the host saw
-            after the zeroing, before the reuse; or a zeroing found done but for the
-            late CDC message, which so came in behind it: `late_cdc_kept`) and those
-            writes carried at least as many bytes, together, as were found stale
-            (every stale byte can be one of them; a late CDC message alone: at most 32
-            bytes from offset 0); and a
+            after the zeroing, before the reuse; or a zeroing found done but for late
+            writes, which so came in behind it: `late_cdc_kept`, and their nonzero
+            bytes still there, `late_bytes_kept`) and those writes carried at least as
+            many bytes, together, as were found stale (every stale byte can be one of
+            them; a late CDC message alone: at most 32 bytes from offset 0); and a
             foreign CDC message that carries the abort or closed flag (an old
             connection's close).
   late-data a connection that closed with data it could not send sends it later,
@@ -62,10 +62,10 @@ def judge(lines, allowed):
         if kind == "late_write":
             if line.get("after_zeroed"):
                 late_after_zero[token] = late_after_zero.get(token, 0) + int(line.get("bytes") or 0)
-        elif kind == "dmb_zeroed" and line.get("late_cdc_kept"):
-            # The zeroing and the late CDC message crossed: that message, 0 data bytes,
-            # is in the DMB after the zeroing.
-            late_after_zero.setdefault(token, 0)
+        elif kind == "dmb_zeroed" and (line.get("late_cdc_kept") or line.get("late_bytes_kept")):
+            # The zeroing and late writes crossed: what the watch found of them (their
+            # nonzero bytes, the CDC message's among them) is in the DMB after it.
+            late_after_zero[token] = late_after_zero.get(token, 0) + int(line.get("late_bytes_kept") or 0)
         elif kind == "dmb_reused":
             reuses += 1
             # what the old connection wrote after the zeroing, up to this reuse

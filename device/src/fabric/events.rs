@@ -4,12 +4,15 @@
 //! move, the zeroing watch's looks at closed DMBs). The trace records the same types.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::dmb::Dmb;
 use crate::fault::Fired;
-use crate::ism::{cdc, MoveAddress};
+use crate::ism::MoveAddress;
+
+pub use super::late_writes::{Kept, LateWrites};
 
 /// What the fabric reports, under its lock, as functions and DMBs come and go and data
 /// moves. The observer implements it; the fabric knows only this trait.
@@ -121,28 +124,30 @@ impl<'de> Deserialize<'de> for Unread {
 }
 
 /// A closed DMB to look at: scan from `scan_from`, or first look at `dirty_at`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZeroWatch {
     pub token: u64,
     pub scan_from: u64,
     pub dirty_at: Option<u64>,
-    /// The last CDC message the closed connection's peer wrote at offset 0 since the
-    /// close. Found there byte for byte with the rest of the DMB zero, it landed behind
-    /// the owner's zeroing ([`ZeroScan::ZeroButLateCdc`]).
-    pub late_cdc: Option<cdc::Area>,
+    /// What the closed connection's peer wrote into the DMB since the close, once its
+    /// CDC message said the writes were the old connection's. A DMB that holds nothing
+    /// but zeros and those bytes was zeroed by its owner, and they landed behind the
+    /// zeroing ([`ZeroScan::ZeroButLate`]).
+    pub late: Option<Arc<LateWrites>>,
 }
 
 /// What one look at a watched DMB found; also the trace's record of it (`"zero"`,
-/// `"zero_but_late_cdc"`, `{"dirty":OFF}`, `{"zero_up_to":OFF}`, `"unreadable"`).
+/// `{"zero_but_late":{"cdc":B,"bytes":N}}`, `{"dirty":OFF}`, `{"zero_up_to":OFF}`,
+/// `"unreadable"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ZeroScan {
     /// All zero from `scan_from` to the end: zeroed.
     Zero,
-    /// Zeroed, but for offset 0's 32 bytes, which hold the closed connection's late CDC
-    /// message exactly: the owner zeroed the whole DMB (the data the old connection left
-    /// is gone) and that message came in behind the zeroing.
-    ZeroButLateCdc,
+    /// Zeroed, but for bytes the closed connection's late writes put there, each the
+    /// late byte of its offset: the owner zeroed the whole DMB (the data the old
+    /// connection left is gone) and those writes came in behind the zeroing.
+    ZeroButLate(Kept),
     /// The byte at this offset is nonzero.
     Dirty(u64),
     /// Zero from `scan_from` up to this offset; the rest next time.

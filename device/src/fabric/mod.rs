@@ -15,6 +15,7 @@ mod commands;
 mod events;
 mod held;
 mod inject;
+mod late_writes;
 mod moves;
 mod reads;
 mod recorder;
@@ -35,7 +36,9 @@ use crate::guest::{DmaError, DmaSpace};
 use crate::ism::status::{gid_code, Event, EventType, Ieq, Sba};
 use crate::util::ratelimit::{guest_log, Budget};
 
-pub use events::{EventSink, ReuseCheck, Unread, VlanChange, ZeroScan, ZeroWatch};
+pub use events::{
+    EventSink, Kept, LateWrites, ReuseCheck, Unread, VlanChange, ZeroScan, ZeroWatch,
+};
 pub use held::{HeldFailures, HELD_TOKENS};
 pub use inject::FaultAdded;
 pub use moves::{MoveError, Stored};

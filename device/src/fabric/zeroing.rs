@@ -4,7 +4,6 @@
 
 use crate::dmb::OpTime;
 use crate::guest::{DmaView, Scan};
-use crate::ism::cdc;
 
 use super::events::{ZeroScan, ZeroWatch};
 use super::{Fabric, Record};
@@ -66,27 +65,27 @@ pub(super) fn look_at(fabric: &Fabric, watch: Vec<ZeroWatch>) -> Vec<(u64, ZeroS
 const PAGE: u64 = 4096;
 
 /// One look at a watched DMB: the byte that was dirty last time (one page), and if it is
-/// clean now, or there was none, the next `ZERO_SCAN_BUDGET` bytes from there. Offset
-/// 0's CDC slot holding the closed connection's late CDC message is read past: what
-/// the look then finds is whether the owner zeroed everything else.
+/// clean now, or there was none, the next `ZERO_SCAN_BUDGET` bytes from there. With
+/// the closed connection's late writes known, the whole DMB is read and compared with
+/// them instead: what it holds of them is read past, and what the look then finds is
+/// whether the owner zeroed everything else.
 fn look(w: &ZeroWatch, view: &DmaView) -> ZeroScan {
     let len = view.len();
-    // The CDC slot is read on every look while a late CDC message may be in it: the
-    // scan goes past the slot only while the slot holds that message.
-    let mut kept = false;
-    if let Some(late) = w.late_cdc {
-        let mut slot = [0u8; cdc::LEN];
-        if view.read(0, &mut slot).is_err() {
+    if let Some(late) = &w.late {
+        // The late bytes may be anywhere, and a byte seen zero before may hold one now:
+        // no resuming, the whole DMB (at most `MAX_DMB_LEN`) in one read.
+        let mut found = vec![0u8; len as usize];
+        if view.read(0, &mut found).is_err() {
             return ZeroScan::Unreadable;
         }
-        kept = slot == late;
-        if let Some(at) = slot.iter().position(|&b| b != 0).filter(|_| !kept) {
-            return ZeroScan::Dirty(at as u64);
-        }
+        return match late.compare(&found) {
+            Ok(kept) if kept.any() => ZeroScan::ZeroButLate(kept),
+            Ok(_) => ZeroScan::Zero,
+            Err(at) => ZeroScan::Dirty(at),
+        };
     }
-    let past = |at: u64| if kept { at.max(cdc::LEN as u64) } else { at };
-    let mut from = past(w.scan_from);
-    if let Some(at) = w.dirty_at.filter(|&at| past(at) == at) {
+    let mut from = w.scan_from;
+    if let Some(at) = w.dirty_at {
         match view.scan(at, 1) {
             Ok(Scan::Dirty(_)) => return ZeroScan::Dirty(at),
             Ok(Scan::Zero) => from = at,
@@ -97,31 +96,30 @@ fn look(w: &ZeroWatch, view: &DmaView) -> ZeroScan {
     let n = (len - from).min(ZERO_SCAN_BUDGET);
     match view.scan(from, n) {
         Ok(Scan::Dirty(at)) => ZeroScan::Dirty(at),
-        Ok(Scan::Zero) if from + n == len && kept => ZeroScan::ZeroButLateCdc,
         Ok(Scan::Zero) if from + n == len => ZeroScan::Zero,
         Ok(Scan::Zero) => ZeroScan::ZeroUpTo(from + n),
         Err(_) => ZeroScan::Unreadable,
     }
 }
 
-/// What `look` may read: the CDC slot when a late CDC message may be in it, a page for
-/// the dirty byte, then up to the budget.
+/// What `look` may read: the whole DMB when late writes are known, else a page for the
+/// dirty byte, then up to the budget.
 fn look_cost(w: &ZeroWatch, len: u64) -> u64 {
-    let slot = if w.late_cdc.is_some() {
-        cdc::LEN as u64
-    } else {
-        0
-    };
+    if w.late.is_some() {
+        return len;
+    }
     let hint = if w.dirty_at.is_some() { PAGE } else { 0 };
     let from = w.dirty_at.unwrap_or(w.scan_from);
-    slot + hint + len.saturating_sub(from).clamp(1, ZERO_SCAN_BUDGET)
+    hint + len.saturating_sub(from).clamp(1, ZERO_SCAN_BUDGET)
 }
 
 #[cfg(test)]
 mod tests {
     use super::ZERO_SCAN_BUDGET;
+    use std::sync::Arc;
+
     use super::{look, look_cost, PAGE};
-    use crate::fabric::{ZeroScan, ZeroWatch};
+    use crate::fabric::{Kept, LateWrites, ZeroScan, ZeroWatch};
     use crate::guest::{DmaSpace, DmaView};
     use crate::testkit::rig::Rig;
     use crate::testkit::{window, GuestRam};
@@ -134,7 +132,7 @@ mod tests {
             token,
             scan_from: 0,
             dirty_at: None,
-            late_cdc: None,
+            late: None,
         };
         rig.sink
             .watch
@@ -168,7 +166,7 @@ mod tests {
             token: 1,
             scan_from: 0,
             dirty_at: None,
-            late_cdc: None,
+            late: None,
         };
         assert_eq!(look(&w, &view), ZeroScan::ZeroUpTo(ZERO_SCAN_BUDGET));
         w.scan_from = ZERO_SCAN_BUDGET;
@@ -185,17 +183,19 @@ mod tests {
         let len = 65536;
         let ram = GuestRam::new(len).unwrap();
         let view = view_of(&ram, len);
-        let late = [
+        let msg = [
             0xfe, 0, 0, 0, 0, 0, 0, 0, 0, 0xfe, 0, 0, 0x1a, 0x50, 0, 0, 0, 0, 0, 0, 0, 0, 0x80,
             0x20, 0, 0, 0, 0, 0, 0, 0, 0,
         ];
-        ram.write(0, &late).unwrap();
+        let mut late = LateWrites::default();
+        late.record(0, &msg);
+        ram.write(0, &msg).unwrap();
         ram.write(4096, &[7; 100]).unwrap();
         let mut w = ZeroWatch {
             token: 1,
             scan_from: 0,
             dirty_at: Some(0),
-            late_cdc: Some(late),
+            late: Some(Arc::new(late)),
         };
         assert_eq!(
             look(&w, &view),
@@ -203,19 +203,60 @@ mod tests {
             "the old data is still there"
         );
         ram.write(4096, &[0; 100]).unwrap();
-        assert_eq!(look(&w, &view), ZeroScan::ZeroButLateCdc);
+        let cdc_only = Kept {
+            cdc: true,
+            bytes: 6,
+        };
+        assert_eq!(look(&w, &view), ZeroScan::ZeroButLate(cdc_only));
         // Another message in the slot (a different cursor): not the late one.
         ram.write(12, &[0x1b]).unwrap();
-        assert_eq!(look(&w, &view), ZeroScan::Dirty(0));
-        // No late CDC message known: the slot is as dirty as any byte.
+        assert_eq!(look(&w, &view), ZeroScan::Dirty(12));
+        // No late write known: the slot is as dirty as any byte.
         ram.write(12, &[0x1a]).unwrap();
-        w.late_cdc = None;
+        let late = w.late.take();
         assert_eq!(look(&w, &view), ZeroScan::Dirty(0));
         // The slot zeroed too: plain zero, whatever the watch expected there.
         ram.write(0, &[0; 32]).unwrap();
-        w.late_cdc = Some(late);
+        w.late = late;
         assert_eq!(look(&w, &view), ZeroScan::Zero);
-        assert_eq!(look_cost(&w, len), 32 + PAGE + len);
+        assert_eq!(look_cost(&w, len), len);
+    }
+
+    /// fault/010 on 6.12.117 (CI, stop 60): one of the sender's late 4 KiB chunks crossed
+    /// the owner's zeroing, and every chunk after it added to a DMB that was never all
+    /// zero again. Zero but for the late chunks and CDC messages is the zeroing, with the
+    /// late data it left counted.
+    #[test]
+    fn late_data_behind_the_zeroing_is_read_past_and_counted() {
+        let len = 65536;
+        let ram = GuestRam::new(len).unwrap();
+        let view = view_of(&ram, len);
+        let mut late = LateWrites::default();
+        let chunk: Vec<u8> = (0..4096u32).map(|i| (i % 255 + 1) as u8).collect();
+        late.record(8192, &chunk);
+        late.record(12288, &chunk);
+        // The zeroing overtook the first chunk half-way: its first half was wiped.
+        ram.write(8192 + 2048, &chunk[2048..]).unwrap();
+        ram.write(12288, &chunk).unwrap();
+        ram.write(40000, &[3]).unwrap();
+        let w = ZeroWatch {
+            token: 1,
+            scan_from: 0,
+            dirty_at: None,
+            late: Some(Arc::new(late)),
+        };
+        assert_eq!(look(&w, &view), ZeroScan::Dirty(40000), "old data");
+        ram.write(40000, &[0]).unwrap();
+        assert_eq!(
+            look(&w, &view),
+            ZeroScan::ZeroButLate(Kept {
+                cdc: false,
+                bytes: 2048 + 4096
+            })
+        );
+        // A byte of a chunk that is not the chunk's: not a late write.
+        ram.write(12288 + 5, &[0xff]).unwrap();
+        assert_eq!(look(&w, &view), ZeroScan::Dirty(12288 + 5));
     }
 
     #[test]
@@ -229,7 +270,7 @@ mod tests {
             token: 1,
             scan_from: len - 1,
             dirty_at: Some(len - 1),
-            late_cdc: None,
+            late: None,
         };
         assert_eq!(look_cost(&w, len), PAGE + 1);
         assert_eq!(look(&w, &view), ZeroScan::Dirty(len - 1));

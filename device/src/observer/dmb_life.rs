@@ -44,6 +44,7 @@
 //! guest keeps it dirty).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 mod continuation;
@@ -57,7 +58,7 @@ use super::cursor::{
 use super::summary::{ConnRecord, ConnState, DmbSummary, RECENT_CONNS};
 use super::{ObservedEvent, What};
 use crate::dmb::{now_us, Dmb};
-use crate::fabric::{ReuseCheck, Unread};
+use crate::fabric::{Kept, LateWrites, ReuseCheck, Unread};
 use crate::ism::{cdc, MoveAddress};
 use crate::util::histogram::DelayHistogram;
 use crate::util::ratelimit::guest_log;
@@ -82,9 +83,10 @@ pub struct DmbLife {
     since_cdc: Moved,
     /// Closed: what the close took, should the connection turn out to go on.
     last_close: Option<LastClose>,
-    /// Closed, zeroing not yet seen: the last CDC message the old connection's peer
-    /// wrote since the close, for the watch to recognise behind the owner's zeroing.
-    late_cdc: Option<cdc::Area>,
+    /// Closed, zeroing not yet seen: what the old connection's peer wrote since the
+    /// close (data and CDC messages its next CDC message owned), byte for byte, for the
+    /// watch to recognise behind the owner's zeroing. Shared with the watch's look.
+    late: Option<Arc<LateWrites>>,
 }
 
 /// Data moves counted: how many, and their bytes.
@@ -110,6 +112,9 @@ struct Pending {
     /// start a new connection, it may be zeroing at hand-out (5.10), which the clean
     /// reuse says.
     found_zero: bool,
+    /// Their bytes, while the zeroing watch runs: the old connection's late writes if
+    /// a CDC message with the close flags follows them (see `DmbLife::late`).
+    writes: LateWrites,
 }
 
 impl DmbLife {
@@ -173,7 +178,7 @@ impl Tracker {
                 cursor: Cursor::default(),
                 since_cdc: Moved::default(),
                 last_close: None,
-                late_cdc: None,
+                late: None,
             },
         );
     }
@@ -242,6 +247,7 @@ impl Tracker {
                 let found_zero = matches!(check, ReuseCheck::Read { stale: 0, .. });
                 if !is_cdc(addr, data) {
                     // Not yet known whose: the peer's next CDC tells.
+                    let watching = !life.watch_done;
                     let pending = life.pending.get_or_insert(Pending {
                         since_us: now_us(),
                         check,
@@ -249,7 +255,11 @@ impl Tracker {
                         bytes: 0,
                         cursor: Cursor::default(),
                         found_zero: false,
+                        writes: LateWrites::default(),
                     });
+                    if watching {
+                        pending.writes.record(addr.offset, data);
+                    }
                     pending.found_zero |= found_zero;
                     pending.moves += 1;
                     pending.bytes += data.len() as u64;
@@ -263,11 +273,15 @@ impl Tracker {
                     let zeroed = found_zero || pending.as_ref().is_some_and(|p| p.found_zero);
                     let mut events = Vec::new();
                     if zeroed && !life.watch_done {
-                        events.push(Self::zeroing_seen(life, false));
+                        events.push(Self::zeroing_seen(life, Kept::default()));
                     }
                     // for the watch, which stops once it has seen the zeroing
                     if !life.watch_done {
-                        life.late_cdc = data.try_into().ok();
+                        let late = Arc::make_mut(life.late.get_or_insert_default());
+                        if let Some(p) = &pending {
+                            late.extend(&p.writes);
+                        }
+                        late.record(addr.offset, data);
                     }
                     events.push(Self::late_write(life, pending));
                     return events;
@@ -353,7 +367,7 @@ impl Tracker {
         life.closed_us = None;
         life.watch_done = false;
         life.last_close = None;
-        life.late_cdc = None;
+        life.late = None;
         events.push(s.event(What::ConnOpened { rgid: s.rgid, conn }));
         events
     }
@@ -468,7 +482,7 @@ impl Tracker {
         life.closed_us = Some(now_us());
         life.scan_from = 0;
         life.dirty_at = None;
-        life.late_cdc = None;
+        life.late = None;
         let s = &mut life.summary;
         s.state = ConnState::Closed;
         s.closes += 1;
@@ -729,7 +743,7 @@ mod tests {
         assert_eq!(kinds(&mv(&mut t, data_at(32), &[7; 4096], 0)), ["opened"]);
         let abort = cdc_at(cdc::PEER_CONN_ABORT, 4096);
         assert_eq!(kinds(&mv(&mut t, cdc_at0(), &abort, 0)), ["closed"]);
-        assert_eq!(t.zero_watch()[0].late_cdc, None, "no late CDC yet");
+        assert_eq!(t.zero_watch()[0].late, None, "no late write yet");
         let late = mv(&mut t, cdc_at0(), &abort, 16294);
         assert!(matches!(
             late[..],
@@ -739,8 +753,15 @@ mod tests {
             }]
         ));
         let watch = t.zero_watch();
-        assert_eq!(watch[0].late_cdc.map(|m| m.to_vec()), Some(abort.clone()));
-        let (events, pending) = t.zero_scanned(&[(TOKEN, ZeroScan::ZeroButLateCdc)]);
+        let mut msg = [0u8; 65536];
+        msg[..32].copy_from_slice(&abort);
+        let nonzero = abort.iter().filter(|&&b| b != 0).count() as u64;
+        let cdc_only = Kept {
+            cdc: true,
+            bytes: nonzero,
+        };
+        assert_eq!(watch[0].late.as_ref().unwrap().compare(&msg), Ok(cdc_only));
+        let (events, pending) = t.zero_scanned(&[(TOKEN, ZeroScan::ZeroButLate(cdc_only))]);
         assert_eq!(pending, 0);
         assert!(
             matches!(
@@ -765,7 +786,74 @@ mod tests {
         assert_eq!(kinds(&opened), ["reused", "opened"]);
         // A new close forgets the old message.
         mv(&mut t, cdc_at0(), &cdc_at(cdc::PEER_CONN_CLOSED, 48), 0);
-        assert_eq!(t.zero_watch()[0].late_cdc, None);
+        assert_eq!(t.zero_watch()[0].late, None);
+    }
+
+    /// fault/010 (late-data) on 6.12.117, CI of stop 60: one of the sender's late
+    /// chunks crossed the owner's zeroing, and every chunk after it added to a DMB that
+    /// was never all zero again. The watch knows each chunk and CDC message the old
+    /// connection's close flags claimed, byte for byte; data not yet claimed is not
+    /// among them (it may be a new connection's).
+    #[test]
+    fn late_data_that_crossed_the_zeroing_is_after_the_zeroing() {
+        let mut t = Tracker::default();
+        t.register(&dmb(), "ism0");
+        assert_eq!(kinds(&mv(&mut t, data_at(32), &[7; 4096], 0)), ["opened"]);
+        let abort = cdc_at(cdc::PEER_CONN_ABORT, 4096);
+        assert_eq!(kinds(&mv(&mut t, cdc_at0(), &abort, 0)), ["closed"]);
+        // A chunk read before it lands with the zeroing under way, then its CDC.
+        assert!(mv(&mut t, data_at(4128), &[9; 4096], 2000).is_empty());
+        let late = mv(&mut t, cdc_at0(), &cdc_at(cdc::PEER_CONN_ABORT, 8192), 6000);
+        assert!(matches!(
+            late[..],
+            [What::LateWrite {
+                after_zeroed: false,
+                bytes: 4096,
+                ..
+            }]
+        ));
+        // The next chunk, not yet claimed: the watch does not know it.
+        assert!(mv(&mut t, data_at(8224), &[5; 100], 6100).is_empty());
+        let watch = t.zero_watch();
+        let known = watch[0].late.as_ref().unwrap();
+        let mut dmb = vec![0u8; 65536];
+        dmb[..32].copy_from_slice(&cdc_at(cdc::PEER_CONN_ABORT, 8192));
+        dmb[4128..8224].fill(9);
+        let cdc_bytes = dmb[..32].iter().filter(|&&b| b != 0).count() as u64;
+        let kept = Kept {
+            cdc: true,
+            bytes: cdc_bytes + 4096,
+        };
+        assert_eq!(known.compare(&dmb), Ok(kept));
+        dmb[8224..8324].fill(5);
+        assert_eq!(known.compare(&dmb), Err(8224));
+        let (events, _) = t.zero_scanned(&[(TOKEN, ZeroScan::ZeroButLate(kept))]);
+        assert!(
+            matches!(
+                events[..],
+                [ObservedEvent {
+                    what: What::DmbZeroed {
+                        late_cdc_kept: true,
+                        late_bytes_kept,
+                        ..
+                    },
+                    ..
+                }] if late_bytes_kept == kept.bytes
+            ),
+            "{events:?}"
+        );
+        // The claimed chunk's successor is now a late write after the zeroing.
+        let late = mv(&mut t, cdc_at0(), &cdc_at(cdc::PEER_CONN_ABORT, 8292), 6200);
+        assert!(matches!(
+            late[..],
+            [What::LateWrite {
+                after_zeroed: true,
+                bytes: 100,
+                ..
+            }]
+        ));
+        let d = t.summary(TOKEN).unwrap();
+        assert_eq!((d.late_writes, d.late_writes_after_zeroed), (2, 2));
     }
 
     /// What `make faults`' late-write scenario shows: the old connection's close writes

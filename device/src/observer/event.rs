@@ -62,6 +62,11 @@ pub enum What {
         /// the zeroing (a late write after it); absent when false.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         late_cdc_kept: bool,
+        /// Zero but for this many nonzero bytes of the closed connection's late data,
+        /// each where a late write put it, which landed behind the zeroing; absent
+        /// when 0.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        late_bytes_kept: u64,
     },
     DmbReused {
         conn: u64,
@@ -178,4 +183,8 @@ pub struct Line<E> {
 /// Serialises an event with its time (GIDs, tokens and IOVAs in hex).
 pub fn to_json_line(time_us: u64, event: &ObservedEvent) -> String {
     serde_json::to_string(&Line { time_us, event }).unwrap_or_default()
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -62,6 +62,24 @@ class RecordedRuns(unittest.TestCase):
                for l in lines]
         self.assertEqual(len(reuse_verdict.judge(big, {"late-cdc"})[3]), 1)
 
+    def test_late_data_that_crossed_the_zeroing_counts_what_the_watch_found_of_it(self):
+        # fault/010 on 6.12.117 in CI (stop 60): a late chunk crossed a's zeroing. The
+        # watch now finds the DMB zero but for the late writes and counts their data
+        # nonzero bytes still there (the CDC message's 6 among them); the chunks after
+        # that are late writes after the zeroing.
+        zeroed = {"function": "ism0", "token": "0x1", "kind": "dmb_zeroed", "conn": 1,
+                  "delay_ms": 30.0, "late_cdc_kept": True, "late_bytes_kept": 28006}
+        before = [late(False, nbytes=4096) for _ in range(3)] + [zeroed, late(True, nbytes=4096)]
+        for stale, ok in ((32102, True), (32103, False)):
+            verdict, _, explained, unexplained = reuse_verdict.judge(
+                before + [reused(2, stale)], {"late-cdc"})
+            self.assertEqual((verdict, bool(explained), not unexplained), ("STALE", ok, ok), stale)
+        self.assertIn("32102 bytes after the zeroing",
+                      reuse_verdict.judge(before + [reused(2, 32102)], {"late-cdc"})[2][0])
+        # Without the watch's count, as CI recorded it: unexplained.
+        as_recorded = [l for l in before if l is not zeroed and l["after_zeroed"] is False]
+        self.assertEqual(len(reuse_verdict.judge(as_recorded + [reused(2, 32615)], {"late-cdc"})[3]), 1)
+
     def test_late_write_is_crossed_by_an_old_connections_close(self):
         lines = events("late-write-6.12.events.jsonl")
         verdict, _, explained, unexplained = reuse_verdict.judge(lines, {"late-cdc"})

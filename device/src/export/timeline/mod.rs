@@ -398,6 +398,7 @@ mod tests {
                     conn: 1,
                     delay_ms: 3.0,
                     late_cdc_kept: false,
+                    late_bytes_kept: 0,
                 },
             ),
             unregistered(3_000_000),
@@ -560,6 +561,7 @@ mod tests {
                     conn: 1,
                     delay_ms: 1.0,
                     late_cdc_kept: false,
+                    late_bytes_kept: 0,
                 },
             ),
             line(

@@ -168,14 +168,17 @@ impl Track {
                 conn,
                 delay_ms,
                 late_cdc_kept,
+                late_bytes_kept,
             } => {
                 let instant = TraceEvent::instant("zeroed".into(), "zeroing", at, t, Scope::Thread);
-                let instant = instant.arg("conn", conn).arg("delay_ms", delay_ms);
-                events.push(if late_cdc_kept {
-                    instant.arg("late_cdc_kept", true)
-                } else {
-                    instant
-                });
+                let mut instant = instant.arg("conn", conn).arg("delay_ms", delay_ms);
+                if late_cdc_kept {
+                    instant = instant.arg("late_cdc_kept", true);
+                }
+                if late_bytes_kept > 0 {
+                    instant = instant.arg("late_bytes_kept", late_bytes_kept);
+                }
+                events.push(instant);
             }
             What::DmbNotZeroed { conn, watched_ms } => {
                 let name = "not zeroed".to_string();

@@ -2,7 +2,7 @@
 //! the looks found (zeroed after the close, or given up on after `ZERO_WATCH_LIMIT`).
 
 use super::{since, DmbLife, Tracker};
-use crate::fabric::{ZeroScan, ZeroWatch};
+use crate::fabric::{Kept, ZeroScan, ZeroWatch};
 use crate::observer::summary::ConnState;
 use crate::observer::{ObservedEvent, What, ZERO_WATCH_LIMIT};
 use crate::util::ratelimit::guest_log;
@@ -24,7 +24,7 @@ impl Tracker {
                     token: l.summary.token,
                     scan_from: l.scan_from,
                     dirty_at: l.dirty_at,
-                    late_cdc: l.late_cdc,
+                    late: l.late.clone(),
                 };
                 (l.looked_at, w)
             })
@@ -34,35 +34,41 @@ impl Tracker {
     }
 
     /// The owner's zeroing of a closed DMB, seen now (by the watch, or by the read before
-    /// a late write): the delay since the close is an upper bound. `late_cdc_kept`: the
-    /// watch found the DMB zero but for the late CDC message the old connection's peer
-    /// wrote since the close, which therefore landed behind the zeroing (the read before
-    /// it caught the owner's zeroing under way): one more late write after the zeroing.
-    pub(super) fn zeroing_seen(life: &mut DmbLife, late_cdc_kept: bool) -> ObservedEvent {
+    /// a late write): the delay since the close is an upper bound. `kept`: the watch
+    /// found the DMB zero but for bytes the old connection's peer wrote since the close,
+    /// which therefore landed behind the zeroing (the read before them caught the
+    /// owner's zeroing under way): one more late write after the zeroing.
+    pub(super) fn zeroing_seen(life: &mut DmbLife, kept: Kept) -> ObservedEvent {
         let delay_ms = since(life.closed_us).as_secs_f64() * 1e3;
         if let Some(record) = life.current() {
             record.zeroed_after_ms = Some(delay_ms);
         }
         life.watch_done = true;
-        life.late_cdc = None;
+        life.late = None;
+        if let Some(p) = life.pending.as_mut() {
+            p.writes = Default::default();
+        }
         let s = &mut life.summary;
         s.zeroed_after_close += 1;
         s.zero_delays_ms.record(delay_ms);
-        s.late_writes_after_zeroed += u64::from(late_cdc_kept);
-        if late_cdc_kept {
+        s.late_writes_after_zeroed += u64::from(kept.any());
+        if kept.any() {
             guest_log!(
                 Warn,
                 s.function,
                 s.gid,
-                "DMB {:#x}: the peer of closed connection {} wrote its CDC message into it behind the owner's zeroing",
+                "DMB {:#x}: the peer of closed connection {} wrote into it behind the owner's zeroing ({} data bytes left{})",
                 s.token,
-                s.connections
+                s.connections,
+                kept.bytes,
+                if kept.cdc { ", and its CDC message" } else { "" }
             );
         }
         s.event(What::DmbZeroed {
             conn: s.connections,
             delay_ms,
-            late_cdc_kept,
+            late_cdc_kept: kept.cdc,
+            late_bytes_kept: kept.bytes,
         })
     }
 
@@ -81,8 +87,8 @@ impl Tracker {
             }
             life.looked_at = self.tick;
             match scan {
-                ZeroScan::Zero => events.push(Self::zeroing_seen(life, false)),
-                ZeroScan::ZeroButLateCdc => events.push(Self::zeroing_seen(life, true)),
+                ZeroScan::Zero => events.push(Self::zeroing_seen(life, Kept::default())),
+                ZeroScan::ZeroButLate(kept) => events.push(Self::zeroing_seen(life, kept)),
                 ZeroScan::Dirty(at) => {
                     life.scan_from = at;
                     life.dirty_at = Some(at);
@@ -102,6 +108,11 @@ impl Tracker {
                 continue;
             }
             life.watch_done = true;
+            // what the watch kept of the late writes goes with it (as after `zeroing_seen`)
+            life.late = None;
+            if let Some(p) = life.pending.as_mut() {
+                p.writes = Default::default();
+            }
             if let Some(record) = life.current() {
                 record.not_zeroed = true;
             }
