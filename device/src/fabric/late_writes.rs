@@ -52,9 +52,17 @@ impl LateWrites {
 
     /// `later`'s writes came after these: they win where both wrote.
     pub fn extend(&mut self, later: &LateWrites) {
-        for (at, &byte) in later.bytes.iter().enumerate() {
-            if later.is_written(at) {
-                self.record(at as u32, &[byte]);
+        let end = later.bytes.len();
+        let mut at = 0;
+        while at < end {
+            let start = at;
+            while at < end && later.is_written(at) {
+                at += 1;
+            }
+            if at > start {
+                self.record(start as u32, &later.bytes[start..at]);
+            } else {
+                at += 1;
             }
         }
     }
@@ -118,6 +126,25 @@ mod tests {
         dmb[66] = 0;
         dmb[100] = 1;
         assert_eq!(late.compare(&dmb), Err(100), "never written late: old data");
+    }
+
+    #[test]
+    fn extending_takes_every_run_of_written_bytes() {
+        let mut later = LateWrites::default();
+        later.record(3, &[1, 2]);
+        later.record(10, &[3]);
+        let mut late = LateWrites::default();
+        late.record(0, &[9; 4]);
+        late.extend(&later);
+        let mut dmb = [0u8; 11];
+        dmb[..5].copy_from_slice(&[9, 9, 9, 1, 2]);
+        dmb[10] = 3;
+        assert_eq!(late.compare(&dmb).map(|k| k.bytes), Ok(6));
+        dmb[3] = 9;
+        assert_eq!(late.compare(&dmb), Err(3), "overwritten by the later write");
+        dmb[3] = 1;
+        dmb[7] = 1;
+        assert_eq!(late.compare(&dmb), Err(7), "between the runs");
     }
 
     #[test]
