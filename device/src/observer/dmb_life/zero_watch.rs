@@ -33,6 +33,14 @@ impl Tracker {
         watch.into_iter().map(|(_, w)| w).collect()
     }
 
+    /// The watch has stopped: what it kept of the late writes, claimed or not, goes.
+    fn forget_late_writes(life: &mut DmbLife) {
+        life.late = None;
+        if let Some(p) = life.pending.as_mut() {
+            p.writes = Default::default();
+        }
+    }
+
     /// The owner's zeroing of a closed DMB, seen now (by the watch, or by the read before
     /// a late write): the delay since the close is an upper bound. `kept`: the watch
     /// found the DMB zero but for bytes the old connection's peer wrote since the close,
@@ -44,10 +52,7 @@ impl Tracker {
             record.zeroed_after_ms = Some(delay_ms);
         }
         life.watch_done = true;
-        life.late = None;
-        if let Some(p) = life.pending.as_mut() {
-            p.writes = Default::default();
-        }
+        Self::forget_late_writes(life);
         let s = &mut life.summary;
         s.zeroed_after_close += 1;
         s.zero_delays_ms.record(delay_ms);
@@ -57,11 +62,11 @@ impl Tracker {
                 Warn,
                 s.function,
                 s.gid,
-                "DMB {:#x}: the peer of closed connection {} wrote into it behind the owner's zeroing ({} data bytes left{})",
+                "DMB {:#x}: the peer of closed connection {} wrote into it behind the owner's zeroing ({} nonzero bytes left{})",
                 s.token,
                 s.connections,
                 kept.bytes,
-                if kept.cdc { ", and its CDC message" } else { "" }
+                if kept.cdc { ", its CDC message's among them" } else { "" }
             );
         }
         s.event(What::DmbZeroed {
@@ -108,11 +113,7 @@ impl Tracker {
                 continue;
             }
             life.watch_done = true;
-            // what the watch kept of the late writes goes with it (as after `zeroing_seen`)
-            life.late = None;
-            if let Some(p) = life.pending.as_mut() {
-                p.writes = Default::default();
-            }
+            Self::forget_late_writes(life);
             if let Some(record) = life.current() {
                 record.not_zeroed = true;
             }
