@@ -3,7 +3,9 @@
 #
 #   KERNEL, VARIANT   as for build-kernel.sh; that kernel must be built already
 #                     ($BUILD_DIR/kernel-$KERNEL[-$VARIANT]/)
-#   INITRAMFS_MODULES modules to include with their dependencies (default: ism smc smc_diag)
+#   INITRAMFS_MODULES modules to include with their dependencies (default: ism smc smc_diag,
+#                     and rdma_rxe where the kernel builds it: the GCOV=1 kernels, for the
+#                     e2e topology roce)
 #   INITRAMFS_TOOLS   empty (the default: the lean test image) or "stock": the benchmark's
 #                     flavour, a separate file (…-tools-stock.cpio.gz), which adds the
 #                     field's stock tools sockperf and iperf3 (Debian s390x, dynamically
@@ -20,6 +22,7 @@
 source "$(dirname "$0")/../scripts/lib.sh"
 no_arguments "$@"
 
+INITRAMFS_MODULES_SET="${INITRAMFS_MODULES:-}"
 INITRAMFS_MODULES="${INITRAMFS_MODULES:-ism smc smc_diag}"
 
 # ---- The one place that names the busybox package. -------------------------------------
@@ -45,6 +48,10 @@ KOUT="$(kernel_dir)"
 KREL="$(cat "$KOUT/kernel.release")"
 KRESULT="$(readlink -f "$KOUT")"
 OUT="$(guest_initrd)"
+if [ -z "${INITRAMFS_MODULES_SET:-}" ] && [ -n "$(find "$KRESULT/lib/modules/$KREL" -name 'rdma_rxe.ko*' -print -quit 2>/dev/null)" ]; then
+    # rxe's ICRC asks the crypto API for crc32, which no module depends on by symbol
+    INITRAMFS_MODULES="$INITRAMFS_MODULES rdma_rxe crc32_generic"
+fi
 
 # ---- busybox-static for s390x ----------------------------------------------------------
 BBDIR="$CACHE_DIR/initramfs/busybox"

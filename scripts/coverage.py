@@ -357,6 +357,24 @@ def never_reached(counts, rules):
     return rows
 
 
+def smcr_only_lines(counts, rules, pick):
+    """[hit, total]: the instrumented lines of the files pick chooses that belong to
+    functions the rules call SMC-R only, reached or not (the roce column reaches some)."""
+    hit = total = 0
+    for rel, owned in counts.func_lines.items():
+        if not pick(rel):
+            continue
+        mine = set()
+        for name, lines in owned.items():
+            if (reason_for(rules, rel, name) or "").startswith("SMC-R"):
+                mine |= lines
+        file_lines = counts.lines.get(rel, {})
+        mine &= set(file_lines)
+        total += len(mine)
+        hit += sum(1 for ln in mine if file_lines[ln] > 0)
+    return [hit, total]
+
+
 def parse_columns(specs):
     """--column LABEL=DIR[,DIR...]: (label, [dirs]) in order."""
     columns = []
@@ -406,9 +424,23 @@ def write_md_table(f, head, rows):
         f.write("| " + " | ".join(r) + " |\n")
 
 
-def print_beyond(args, by_label, files):
+def smcr_share(counts, extra, rules):
+    """How many of the lines in extra ({file: {line}}) belong to SMC-R-only functions."""
+    n = 0
+    for rel, lines in extra.items():
+        smcr = set()
+        for name, owned in counts.func_lines.get(rel, {}).items():
+            if (reason_for(rules, rel, name) or "").startswith("SMC-R"):
+                smcr |= owned
+        n += len(set(lines) & smcr)
+    return n
+
+
+def print_beyond(args, by_label, files, rules=()):
     """What each other column of BASE's kernel reaches that BASE does not, per group:
-    the lines only faults (or chaos) reach. Each column's list: OUT/<LABEL>/beyond-BASE.md."""
+    the lines only faults (or chaos) reach, and how many of those are in SMC-R-only
+    functions (the roce column's are, mostly). Each column's list:
+    OUT/<LABEL>/beyond-BASE.md."""
     if args.beyond not in by_label:
         sys.exit(f"coverage: --beyond {args.beyond}: no such column")
     base, release = by_label[args.beyond]
@@ -424,7 +456,9 @@ def print_beyond(args, by_label, files):
         row = [label]
         for _, pick in groups:
             extra = beyond(base, counts, pick)
-            row.append(f"+{sum(len(v) for v in extra.values())} lines in {len(extra)} files")
+            smcr = smcr_share(counts, extra, rules)
+            row.append(f"+{sum(len(v) for v in extra.values())} lines in {len(extra)} files"
+                       + (f" ({smcr} in SMC-R-only functions)" if smcr else ""))
         rows.append(row)
         every = beyond(base, counts, lambda r: any(p(r) for _, p in groups))
         write_beyond(counts, every, os.path.join(args.out, label, f"beyond-{args.beyond}.md"),
@@ -502,7 +536,7 @@ def cmd_report(args):
                                  for r in rows])
 
     if args.beyond:
-        print_beyond(args, by_label, files)
+        print_beyond(args, by_label, files, rules)
 
     rows = never_reached(first_counts, rules)
     with open(os.path.join(args.out, "never-reached.md"), "w") as f:
@@ -518,13 +552,14 @@ def cmd_report(args):
           f"SMC-R-only files), the ism driver and dibs, by reason (functions, their lines): "
           + ", ".join(f"{k}: {n}, {l}" for k, (n, l) in sorted(by_reason.items()))
           + f" ({os.path.join(args.out, 'never-reached.md')})")
-    # What the net/smc figure could reach if the suite lacked nothing: its SMC-R-only
-    # functions outside the three SMC-R files are out of reach by design.
-    smcr = sum(r[4] for r in rows if r[0].startswith("net/smc/") and (r[3] or "").startswith("SMC-R"))
+    # The share of the lines SMC-D can run at all: the SMC-R-only functions outside the
+    # three SMC-R files left out, reached (the roce column: SMC-R over soft-RoCE) or not.
     lines, _ = group_total(summaries[0], GROUPS[1][1])
     if lines[1]:
-        print(f"net/smc (but the SMC-R-only files): {pct(lines)} of {lines[1]} lines; {smcr} more lines "
-              f"belong to SMC-R-only functions, so without them {pct([lines[0], lines[1] - smcr])}")
+        smcr = smcr_only_lines(first_counts, rules, GROUPS[1][1])
+        print(f"net/smc (but the SMC-R-only files): {pct(lines)} of {lines[1]} lines; {smcr[1]} of them "
+              f"belong to SMC-R-only functions ({smcr[0]} reached), so without them "
+              f"{pct([lines[0] - smcr[0], lines[1] - smcr[1]])} ({lines[0] - smcr[0]}/{lines[1] - smcr[1]})")
     for rel, name, start, _, _ in unexplained[:20]:
         print(f"  no reason yet: {rel} {name}() line {start}")
     if len(unexplained) > 20:

@@ -3,7 +3,7 @@
 # kernels (gcov profiling of net/smc, the ism driver and dibs), every guest hands its
 # counters to the host at its end, and scripts/coverage.py merges them into one table,
 # build/coverage/summary.json and an HTML report. The columns, from the same commit:
-#   emulated-ism   the three below together, over the emulated ISM between two guests
+#   emulated-ism   the four below together, over the emulated ISM between two guests
 #                  (and a guest to itself): the headline figure;
 #   suites         what `make test` runs on the default line: e2e (two, self, crash, v1,
 #                  vlan, api; and idle, an idle link group freed after 10 minutes, in the
@@ -13,6 +13,11 @@
 #                  here), the seed experiment's connection loop;
 #   faults         every fault scenario (tests/fault/faults.sh) and the receive
 #                  livelock's stock half (bug/001);
+#   roce           SMC-D beside SMC-R: the e2e topology roce, two guests with an ISM
+#                  function and a soft-RoCE device each (rdma_rxe, in the GCOV=1 kernels
+#                  only), SMC-D chosen over SMC-R, then SMC-Rv2 once the ISM
+#                  functions are unbound; a column of its own, as most lines it adds are
+#                  SMC-R's;
 #   chaos          a fixed chaos campaign (tests/chaos/chaos.py: COVERAGE_CHAOS_ROUNDS
 #                  rounds of seed COVERAGE_CHAOS_SEED, default 30 of 43) on the stock
 #                  kernel;
@@ -31,7 +36,7 @@
 #             printed, never judged (it proves that collection keeps working)
 # Environment: KERNEL (the line, default 6.12; 6.1 and later), COVERAGE_OUT (default
 # build/coverage), COVERAGE_SUITES (what runs, default "idle e2e topologies experiment
-# faults livelock chaos"; add chaos-debug for the debug kernel's column, which first
+# roce faults livelock chaos"; add chaos-debug for the debug kernel's column, which first
 # builds a GCOV=1 debug kernel, about 25 minutes on two cores), COVERAGE_CHAOS_ROUNDS,
 # COVERAGE_CHAOS_SEED, GUEST_TIMEOUT.
 # Exit status: 0 when every guest's counters were collected and the report was written,
@@ -51,11 +56,11 @@ check_kernel_selection
 case "$KERNEL" in 5.10 | custom) die "make coverage: KERNEL=$KERNEL is not supported (6.1 and later; the gcov patches do not apply)" ;; esac
 need_packages coverage
 OUT="${COVERAGE_OUT:-$BUILD_DIR/coverage}"
-SUITES="${COVERAGE_SUITES:-idle e2e topologies experiment faults livelock chaos}"
+SUITES="${COVERAGE_SUITES:-idle e2e topologies experiment roce faults livelock chaos}"
 [ "$SHORT" = 0 ] || SUITES=e2e-short
 started=$SECONDS
 rm -rf "$OUT"
-mkdir -p "$OUT/raw/suites" "$OUT/raw/faults" "$OUT/raw/chaos" "$OUT/raw/chaos-debug" "$OUT/raw/loopback-ism" "$OUT/logs"
+mkdir -p "$OUT/raw/suites" "$OUT/raw/faults" "$OUT/raw/chaos" "$OUT/raw/roce" "$OUT/raw/chaos-debug" "$OUT/raw/loopback-ism" "$OUT/logs"
 export GCOV=1 RESULTS_DIR="$OUT/results"
 
 build() {   # build VARIANT: the GCOV=1 kernel and initramfs of KERNEL
@@ -91,6 +96,7 @@ for s in $SUITES; do
         e2e-short) suite suites e2e-short env E2E_DIR="$OUT/logs/e2e" TESTS="echo seq" "$REPO_ROOT/tests/smcd/e2e.sh" two ;;
         topologies) suite suites topologies env TOPO_DIR="$OUT/logs/topologies" "$REPO_ROOT/tests/topology/topologies.sh" \
             chid-both chid-one chid-none multi ;;
+        roce) suite roce roce env E2E_DIR="$OUT/logs/roce" RESULTS_NAME=coverage-roce "$REPO_ROOT/tests/smcd/e2e.sh" roce ;;
         faults) suite faults faults env FAULTS_DIR="$OUT/logs/faults" "$REPO_ROOT/tests/fault/faults.sh" ;;
         livelock) suite faults livelock env BUG_DIR="$OUT/logs/livelock" RESULTS_BASE="$OUT/logs/livelock" "$REPO_ROOT/check" bug/001 ;;
         experiment) suite suites experiment env EXP_DIR="$OUT/logs/experiment" EXP_KERNELS="$KERNEL" EXP_BENCH=0 \
@@ -102,7 +108,7 @@ for s in $SUITES; do
             --rounds "${COVERAGE_CHAOS_ROUNDS:-30}" --seed "${COVERAGE_CHAOS_SEED:-43}" --once ;;
         chaos-debug) suite chaos-debug chaos-debug env VARIANT=debug CHAOS_DIR="$OUT/logs/chaos-debug" \
             "$REPO_ROOT/tests/chaos/chaos.py" --rounds "${COVERAGE_CHAOS_ROUNDS:-30}" --seed "${COVERAGE_CHAOS_SEED:-43}" --once ;;
-        *) die "COVERAGE_SUITES: unknown suite '$s' (e2e, e2e-short, topologies, experiment, faults, livelock, chaos, chaos-debug, idle)" ;;
+        *) die "COVERAGE_SUITES: unknown suite '$s' (e2e, e2e-short, topologies, experiment, roce, faults, livelock, chaos, chaos-debug, idle)" ;;
     esac
 done
 if [ "$SHORT" = 0 ]; then
@@ -130,10 +136,10 @@ fi
 
 # The headline column sums every source that ran; each source is a column of its own.
 sources=()
-for c in suites faults chaos; do
+for c in suites roce faults chaos; do
     [ -z "$(ls -A "$OUT/raw/$c")" ] || sources+=("$c")
 done
-[ ${#sources[@]} -gt 0 ] || die "coverage: no guest's counters in $OUT/raw/{suites,faults,chaos}"
+[ ${#sources[@]} -gt 0 ] || die "coverage: no guest's counters in $OUT/raw/{suites,roce,faults,chaos}"
 all="$(printf '%s,' "${sources[@]/#/$OUT/raw/}")"
 columns=(--column "emulated-ism=${all%,}")
 if [ ${#sources[@]} -gt 1 ]; then

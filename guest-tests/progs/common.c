@@ -57,6 +57,8 @@ void usage(FILE *f)
 "  --accept-timeout=S    wait up to S seconds for each connection (default 300)\n"
 "  --io-timeout=S        SO_RCVTIMEO/SO_SNDTIMEO on data sockets (default 60)\n"
 "  --timeout=S           global alarm() watchdog, 0 = off (default 900)\n"
+"  --smcr                every connection must run SMC-R (over an RDMA device such as soft-RoCE),\n"
+"                        not SMC-D: the CONN line names its link (device, port, GIDs)\n"
 "  --allow-fallback      LOCAL TESTING ONLY: TCP fallback is reported but not an error\n"
 "  --tcp                 LOCAL TESTING ONLY: plain AF_INET sockets, no SMC check (data paths only)\n"
 "  --quiet               fewer progress messages on stderr\n"
@@ -179,6 +181,7 @@ void parse_args(int argc, char **argv)
 		/* boolean flags */
 		if (!strcmp(key, "allow-fallback")) { o->allow_fallback = 1; continue; }
 		if (!strcmp(key, "tcp")) { o->tcp = 1; continue; }
+		if (!strcmp(key, "smcr")) { o->smcr = 1; continue; }
 		if (!strcmp(key, "quiet")) { o->quiet = 1; continue; }
 		if (!strcmp(key, "close-after-send")) { o->close_after_send = 1; continue; }
 		if (!val) {

@@ -50,6 +50,7 @@ struct opts {
 	int read_delay_ms;   /* stream server: sleep before reading the stream */
 	int abandon_ms;      /* stream server: close unread after this many ms (0: read) */
 	int allow_fallback;  /* local testing only: TCP fallback is not an error */
+	int smcr;            /* the connections must run SMC-R (an RDMA device), not SMC-D */
 	int tcp;             /* local testing only: AF_INET sockets, no SMC check */
 	int quiet;
 };

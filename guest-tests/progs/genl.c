@@ -25,17 +25,33 @@ void genl_close(struct genl *nl)
 
 int genl_open(struct genl *nl)
 {
+	return genl_open_proto(nl, NETLINK_GENERIC, GENL_HDRLEN);
+}
+
+int genl_open_proto(struct genl *nl, int protocol, int hdrlen)
+{
 	struct sockaddr_nl me = { .nl_family = AF_NETLINK };
 	int err;
 
 	nl->seq = 0;
+	nl->hdrlen = hdrlen;
 	nl->rx = malloc(RX_LEN);
-	nl->fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC);
+	nl->fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol);
 	if (nl->rx && nl->fd >= 0 && bind(nl->fd, (struct sockaddr *)&me, sizeof(me)) == 0)
 		return 0;
 	err = nl->rx ? -errno : -ENOMEM;
 	genl_close(nl);
 	return err;
+}
+
+void genl_req_raw(struct genl_req *r, uint16_t type)
+{
+	struct nlmsghdr *nh = (struct nlmsghdr *)r->buf;
+
+	memset(r->buf, 0, NLMSG_HDRLEN);
+	nh->nlmsg_type = type;
+	r->len = NLMSG_HDRLEN;
+	r->overflow = 0;
 }
 
 void genl_req_init(struct genl_req *r, uint16_t family, uint8_t cmd)
@@ -125,8 +141,8 @@ int genl_request(struct genl *nl, struct genl_req *r, uint16_t flags, genl_cb cb
 					memcpy(&e, data, sizeof(e));
 				return e;
 			}
-			if (cb && m->nlmsg_len >= NLMSG_LENGTH(GENL_HDRLEN))
-				cb(data + GENL_HDRLEN, (int)(m->nlmsg_len - NLMSG_LENGTH(GENL_HDRLEN)), ctx);
+			if (cb && m->nlmsg_len >= NLMSG_LENGTH((size_t)nl->hdrlen))
+				cb(data + nl->hdrlen, (int)(m->nlmsg_len - NLMSG_LENGTH(nl->hdrlen)), ctx);
 		}
 	}
 }

@@ -14,6 +14,7 @@
 
 struct genl {
 	int fd;                 /* -1 when closed */
+	int hdrlen;             /* the family header before the attributes (genlmsghdr: 4) */
 	uint32_t seq;           /* of the last request: older replies are dropped */
 	unsigned char *rx;
 };
@@ -44,6 +45,11 @@ int genl_open(struct genl *nl);
 /* Also safe after a failed open, or none if fd is -1 and rx NULL (cleanup paths). */
 void genl_close(struct genl *nl);
 
+/* The same transport for another netlink protocol whose messages carry attributes
+ * right after the netlink header (NETLINK_RDMA), hdrlen 0. */
+int genl_open_proto(struct genl *nl, int protocol, int hdrlen);
+/* A request of that protocol: the netlink header only, then attributes. */
+void genl_req_raw(struct genl_req *r, uint16_t type);
 void genl_req_init(struct genl_req *r, uint16_t family, uint8_t cmd);
 int genl_put(struct genl_req *r, uint16_t type, const void *data, size_t len);
 /* A string attribute with its NUL, as net/smc's NLA_NUL_STRING policies want. */

@@ -1,10 +1,14 @@
 /* smcconf.c - net/smc's configuration over generic netlink: the software PNET table
- * (family SMC_PNETID) and the SMC-Dv2 EIDs (family SMC_GEN_NETLINK).
+ * (family SMC_PNETID) and the SMC-Dv2 EIDs (family SMC_GEN_NETLINK); SMC-R's link
+ * groups as net/smc lists them; and the RDMA devices a software RoCE link gives
+ * (NETLINK_RDMA, what iproute2's `rdma link` does), for SMC-R beside SMC-D.
  *
  *   smcconf pnet add PNETID [--eth IFNAME] [--dev DEVICE]
  *   smcconf pnet del PNETID | pnet show [PNETID] | pnet flush
  *   smcconf ueid add EID | ueid del EID | ueid show | ueid flush
  *   smcconf seid show | seid enable | seid disable
+ *   smcconf smcr show          SMC-R's devices, link groups and links (SMCR-DEV, -LGR, -LINK)
+ *   smcconf rdma add NAME --netdev IFNAME [--type rxe] | rdma del NAME | rdma show
  *
  * DEVICE names an RDMA or SMC-D device; net/smc matches an SMC-D device by its PCI
  * function's name (e.g. 0002:00:00.0, net/smc/smc_pnet.c smc_pnet_find_smcd). Each
@@ -18,6 +22,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <linux/netlink.h>
+#include <rdma/rdma_netlink.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +49,10 @@ static void usage(FILE *f)
 		"usage: %s pnet add PNETID [--eth IFNAME] [--dev DEVICE]\n"
 		"       %s pnet del PNETID | pnet show [PNETID] | pnet flush\n"
 		"       %s ueid add EID | ueid del EID | ueid show | ueid flush\n"
-		"       %s seid show | seid enable | seid disable\n",
-		prog, prog, prog, prog);
+		"       %s seid show | seid enable | seid disable\n"
+		"       %s smcr show\n"
+		"       %s rdma add NAME --netdev IFNAME [--type rxe] | rdma del NAME | rdma show\n",
+		prog, prog, prog, prog, prog, prog);
 }
 
 static const char *attr_str(const struct genl_attr *a)
@@ -265,6 +272,195 @@ static int cmd_eid(struct genl *nl, const char *what, int argc, char **argv)
 	return 2;
 }
 
+/* ---- SMC-R's view (SMC_GEN_NETLINK: GET_DEV_SMCR, GET_LGR_SMCR, GET_LINK_SMCR) ---- */
+enum { GEN_GET_LGR_SMCR = 2, GEN_GET_LINK_SMCR = 3, GEN_GET_DEV_SMCR = 6 };
+enum { NEST_LGR_SMCR = 2, NEST_LINK_SMCR = 3, NEST_DEV_SMCR = 6 };
+enum {
+	LGR_R_ID = 1, LGR_R_ROLE, LGR_R_TYPE, LGR_R_PNETID, LGR_R_VLAN_ID, LGR_R_CONNS_NUM,
+	LGR_R_V2_COMMON, LGR_R_V2, LGR_R_MAX = 16
+};
+/* (this nest's attributes start at 0: SMC_NLA_LGR_V2_VER) */
+enum { LGR_V2_VER = 0, LGR_V2_REL, LGR_V2_OS, LGR_V2_NEG_EID, LGR_V2_MAX = 5 };
+enum { LGR_R_V2_DIRECT = 1, LGR_R_V2_MAX_CONNS, LGR_R_V2_MAX_LINKS, LGR_R_V2_ATTR_MAX = 4 };
+enum {
+	LINK_ID = 1, LINK_IB_DEV, LINK_IB_PORT, LINK_GID, LINK_PEER_GID, LINK_CONN_CNT,
+	LINK_NET_DEV, LINK_UID, LINK_PEER_UID, LINK_STATE, LINK_MAX = 11
+};
+enum { DEV_USE_CNT = 1, DEV_IS_CRIT, DEV_PORT = 8, DEV_PORT2, DEV_IB_NAME, DEV_MAX = 11 };
+enum { PORT_NETDEV = 3, PORT_STATE, PORT_VALID, PORT_LNK_CNT, PORT_MAX = 7 };
+
+/* The nest TYPE of a reply message parsed into tb; 0 if the message has none (a dump
+ * of links sends each link group's message before its links'). */
+static int nested(const unsigned char *attrs, int len, int type, struct genl_attr *tb, int max)
+{
+	struct genl_attr top[8];
+
+	genl_parse(attrs, len, top, 8);
+	memset(tb, 0, sizeof(*tb) * (size_t)max);
+	if (type >= 8 || !top[type].data)
+		return 0;
+	genl_parse(top[type].data, top[type].len, tb, max);
+	return 1;
+}
+
+static void print_smcr_dev(const unsigned char *attrs, int len, void *ctx)
+{
+	struct genl_attr tb[DEV_MAX], port[PORT_MAX];
+
+	(void)ctx;
+	if (!nested(attrs, len, NEST_DEV_SMCR, tb, DEV_MAX))
+		return;
+	printf("SMCR-DEV name=%s", attr_str(&tb[DEV_IB_NAME]));
+	printf(" use_cnt=%llu crit=%llu", (unsigned long long)genl_uint(&tb[DEV_USE_CNT]),
+	       (unsigned long long)genl_uint(&tb[DEV_IS_CRIT]));
+	genl_parse(tb[DEV_PORT].data, tb[DEV_PORT].data ? tb[DEV_PORT].len : 0, port, PORT_MAX);
+	printf(" port1: netdev=%llu state=%llu valid=%llu links=%llu\n",
+	       (unsigned long long)genl_uint(&port[PORT_NETDEV]), (unsigned long long)genl_uint(&port[PORT_STATE]),
+	       (unsigned long long)genl_uint(&port[PORT_VALID]), (unsigned long long)genl_uint(&port[PORT_LNK_CNT]));
+}
+
+static void print_smcr_lgr(const unsigned char *attrs, int len, void *ctx)
+{
+	struct genl_attr tb[LGR_R_MAX], v2[LGR_V2_MAX], rv2[LGR_R_V2_ATTR_MAX];
+
+	(void)ctx;
+	if (!nested(attrs, len, NEST_LGR_SMCR, tb, LGR_R_MAX))
+		return;
+	printf("SMCR-LGR id=0x%08llx role=%s type=%llu conns=%llu",
+	       (unsigned long long)genl_uint(&tb[LGR_R_ID]), genl_uint(&tb[LGR_R_ROLE]) ? "server" : "client",
+	       (unsigned long long)genl_uint(&tb[LGR_R_TYPE]), (unsigned long long)genl_uint(&tb[LGR_R_CONNS_NUM]));
+	printf(" pnetid=%s", attr_str(&tb[LGR_R_PNETID]));
+	/* SMC-Rv2 link groups carry the common v2 part and SMC-R's own v2 part. */
+	if (tb[LGR_R_V2_COMMON].data) {
+		genl_parse(tb[LGR_R_V2_COMMON].data, tb[LGR_R_V2_COMMON].len, v2, LGR_V2_MAX);
+		printf(" version=%llu release=%llu eid=%.*s", (unsigned long long)genl_uint(&v2[LGR_V2_VER]),
+		       (unsigned long long)genl_uint(&v2[LGR_V2_REL]),
+		       (int)strcspn(attr_str(&v2[LGR_V2_NEG_EID]), " "), attr_str(&v2[LGR_V2_NEG_EID]));
+	} else {
+		printf(" version=1");
+	}
+	if (tb[LGR_R_V2].data) {
+		genl_parse(tb[LGR_R_V2].data, tb[LGR_R_V2].len, rv2, LGR_R_V2_ATTR_MAX);
+		printf(" direct=%llu max_conns=%llu max_links=%llu", (unsigned long long)genl_uint(&rv2[LGR_R_V2_DIRECT]),
+		       (unsigned long long)genl_uint(&rv2[LGR_R_V2_MAX_CONNS]),
+		       (unsigned long long)genl_uint(&rv2[LGR_R_V2_MAX_LINKS]));
+	}
+	printf("\n");
+}
+
+static void print_smcr_link(const unsigned char *attrs, int len, void *ctx)
+{
+	struct genl_attr tb[LINK_MAX];
+
+	(void)ctx;
+	if (!nested(attrs, len, NEST_LINK_SMCR, tb, LINK_MAX))
+		return;
+	/* (attr_str's buffer is one: a string a printf) */
+	printf("SMCR-LINK id=%llu", (unsigned long long)genl_uint(&tb[LINK_ID]));
+	printf(" ibdev=%s", attr_str(&tb[LINK_IB_DEV]));
+	printf(" port=%llu conns=%llu state=%llu", (unsigned long long)genl_uint(&tb[LINK_IB_PORT]),
+	       (unsigned long long)genl_uint(&tb[LINK_CONN_CNT]), (unsigned long long)genl_uint(&tb[LINK_STATE]));
+	printf(" gid=%s", attr_str(&tb[LINK_GID]));
+	printf(" peer_gid=%s\n", attr_str(&tb[LINK_PEER_GID]));
+}
+
+static int cmd_smcr(struct genl *nl, int argc, char **argv)
+{
+	int fam = resolve(nl, GEN_FAMILY), rc;
+	struct genl_req m;
+
+	if (fam < 0)
+		return 1;
+	if (argc != 1 || strcmp(argv[0], "show")) {
+		usage(stderr);
+		return 2;
+	}
+	genl_req_init(&m, fam, GEN_GET_DEV_SMCR);
+	rc = genl_request(nl, &m, NLM_F_DUMP, print_smcr_dev, NULL);
+	if (rc < 0)
+		return fail("smcr show: devices", rc);
+	genl_req_init(&m, fam, GEN_GET_LGR_SMCR);
+	rc = genl_request(nl, &m, NLM_F_DUMP, print_smcr_lgr, NULL);
+	if (rc < 0)
+		return fail("smcr show: link groups", rc);
+	genl_req_init(&m, fam, GEN_GET_LINK_SMCR);
+	rc = genl_request(nl, &m, NLM_F_DUMP, print_smcr_link, NULL);
+	return rc < 0 ? fail("smcr show: links", rc) : 0;
+}
+
+/* ---- RDMA links (NETLINK_RDMA, the nldev client) --------------------------------- */
+#define NLDEV(cmd) RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, cmd)
+
+struct rdma_find {
+	const char *name;
+	long index;         /* -1: not found */
+};
+
+static void rdma_dev_cb(const unsigned char *attrs, int len, void *ctx)
+{
+	struct genl_attr tb[RDMA_NLDEV_ATTR_NDEV_NAME + 1];
+	struct rdma_find *f = ctx;
+
+	genl_parse(attrs, len, tb, RDMA_NLDEV_ATTR_NDEV_NAME + 1);
+	if (!f->name) {
+		printf("RDMA index=%llu name=%s\n", (unsigned long long)genl_uint(&tb[RDMA_NLDEV_ATTR_DEV_INDEX]),
+		       attr_str(&tb[RDMA_NLDEV_ATTR_DEV_NAME]));
+	} else if (tb[RDMA_NLDEV_ATTR_DEV_NAME].data && !strcmp(attr_str(&tb[RDMA_NLDEV_ATTR_DEV_NAME]), f->name)) {
+		f->index = (long)genl_uint(&tb[RDMA_NLDEV_ATTR_DEV_INDEX]);
+	}
+}
+
+static int cmd_rdma(int argc, char **argv)
+{
+	const char *sub = argv[0], *name = argc > 1 ? argv[1] : NULL;
+	struct rdma_find f = { NULL, -1 };
+	struct genl nl;
+	struct genl_req m;
+	int rc;
+
+	rc = genl_open_proto(&nl, NETLINK_RDMA, 0);
+	if (rc < 0) {
+		fprintf(stderr, "%s: NETLINK_RDMA socket: %s (is ib_core loaded?)\n", prog, strerror(-rc));
+		return 1;
+	}
+	if (!strcmp(sub, "add") && name && (argc == 4 || argc == 6) && !strcmp(argv[2], "--netdev") &&
+	    (argc == 4 || !strcmp(argv[4], "--type"))) {
+		const char *type = argc == 6 ? argv[5] : "rxe";
+
+		genl_req_raw(&m, NLDEV(RDMA_NLDEV_CMD_NEWLINK));
+		genl_put_str(&m, RDMA_NLDEV_ATTR_DEV_NAME, name);
+		genl_put_str(&m, RDMA_NLDEV_ATTR_LINK_TYPE, type);
+		genl_put_str(&m, RDMA_NLDEV_ATTR_NDEV_NAME, argv[3]);
+		rc = genl_request(&nl, &m, NLM_F_ACK, NULL, NULL);
+		if (rc == 0)
+			printf("RDMA added name=%s type=%s netdev=%s\n", name, type, argv[3]);
+	} else if (!strcmp(sub, "del") && name && argc == 2) {
+		f.name = name;
+		genl_req_raw(&m, NLDEV(RDMA_NLDEV_CMD_GET));
+		rc = genl_request(&nl, &m, NLM_F_DUMP, rdma_dev_cb, &f);
+		if (rc == 0 && f.index < 0)
+			rc = -ENODEV;
+		if (rc == 0) {
+			uint32_t index = (uint32_t)f.index;
+
+			genl_req_raw(&m, NLDEV(RDMA_NLDEV_CMD_DELLINK));
+			genl_put(&m, RDMA_NLDEV_ATTR_DEV_INDEX, &index, sizeof(index));
+			rc = genl_request(&nl, &m, NLM_F_ACK, NULL, NULL);
+		}
+		if (rc == 0)
+			printf("RDMA deleted name=%s\n", name);
+	} else if (!strcmp(sub, "show") && argc == 1) {
+		genl_req_raw(&m, NLDEV(RDMA_NLDEV_CMD_GET));
+		rc = genl_request(&nl, &m, NLM_F_DUMP, rdma_dev_cb, &f);
+	} else {
+		genl_close(&nl);
+		usage(stderr);
+		return 2;
+	}
+	genl_close(&nl);
+	return rc < 0 ? fail("rdma", rc) : 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct genl nl;
@@ -274,6 +470,8 @@ int main(int argc, char **argv)
 		usage(argc > 1 && !strcmp(argv[1], "-h") ? stdout : stderr);
 		return argc > 1 && !strcmp(argv[1], "-h") ? 0 : 2;
 	}
+	if (!strcmp(argv[1], "rdma"))
+		return cmd_rdma(argc - 2, argv + 2);
 	rc = genl_open(&nl);
 	if (rc < 0) {
 		fprintf(stderr, "%s: netlink socket: %s\n", prog, strerror(-rc));
@@ -283,6 +481,8 @@ int main(int argc, char **argv)
 		rc = cmd_pnet(&nl, argc - 2, argv + 2);
 	else if (!strcmp(argv[1], "ueid") || !strcmp(argv[1], "seid"))
 		rc = cmd_eid(&nl, argv[1], argc - 2, argv + 2);
+	else if (!strcmp(argv[1], "smcr"))
+		rc = cmd_smcr(&nl, argc - 2, argv + 2);
 	else {
 		usage(stderr);
 		rc = 2;

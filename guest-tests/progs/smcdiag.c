@@ -43,6 +43,16 @@ enum {
 	SMCT_DIAG_FALLBACK,
 };
 
+/* smc_diag_lgrinfo: one link of an SMC-R link group (packed) */
+struct smct_diag_lgrinfo {
+	uint8_t link_id;
+	uint8_t ibname[64];             /* IB_DEVICE_NAME_MAX */
+	uint8_t ibport;
+	uint8_t gid[40];
+	uint8_t peer_gid[40];
+	uint8_t role;
+} __attribute__((packed));
+
 struct smct_diag_cursor {
 	uint16_t reserved;
 	uint16_t wrap;
@@ -257,6 +267,20 @@ static void smc_cb(const struct nlmsghdr *h, void *vctx)
 			in->tx_cons = ci.tx_cons.count;
 			break;
 		}
+		case SMCT_DIAG_LGRINFO: {
+			struct smct_diag_lgrinfo l;
+
+			copy_attr(&l, sizeof(l), a);
+			in->have_lgr = 1;
+			in->link_id = l.link_id;
+			in->ibport = l.ibport;
+			in->lgr_role = l.role;
+			memcpy(in->ibname, l.ibname, sizeof(l.ibname));
+			in->ibname[sizeof(l.ibname)] = '\0';
+			memcpy(in->lnk_gid, l.gid, sizeof(l.gid));
+			memcpy(in->lnk_peer_gid, l.peer_gid, sizeof(l.peer_gid));
+			break;
+		}
 		case SMCT_DIAG_DMBINFO: {
 			struct smct_dmbinfo d;
 
@@ -281,8 +305,11 @@ static void smc_cb(const struct nlmsghdr *h, void *vctx)
 
 int smcdiag_query(uint64_t inode, struct smc_info *info, char *err, size_t errlen)
 {
-	return smcdiag_query_ext(inode, (1 << (SMCT_DIAG_CONNINFO - 1)) | (1 << (SMCT_DIAG_DMBINFO - 1)), info, err,
-				 errlen);
+	/* LGRINFO answers for SMC-R connections only; DMBINFO for SMC-D only. */
+	return smcdiag_query_ext(inode,
+				 (1 << (SMCT_DIAG_CONNINFO - 1)) | (1 << (SMCT_DIAG_LGRINFO - 1)) |
+					 (1 << (SMCT_DIAG_DMBINFO - 1)),
+				 info, err, errlen);
 }
 
 int smcdiag_query_ext(uint64_t inode, unsigned int ext, struct smc_info *info, char *err, size_t errlen)

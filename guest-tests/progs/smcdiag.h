@@ -29,6 +29,11 @@ struct smc_info {
 	int have_dmb, have_gid_ext;
 	uint32_t linkid;
 	uint64_t peer_gid, my_gid, token, peer_token, peer_gid_ext, my_gid_ext;
+	/* SMC_DIAG_LGRINFO (SMC-R only): the link's RDMA device, port and GIDs, the role */
+	int have_lgr;
+	uint8_t link_id, ibport, lgr_role;
+	char ibname[65];
+	char lnk_gid[41], lnk_peer_gid[41];   /* as the kernel prints them: text */
 	unsigned int attrs;             /* bit 1 << SMC_DIAG_x for each attribute the kernel sent */
 	int shutdown_attr;              /* SMC_DIAG_SHUTDOWN's u8 (sk_shutdown), -1 if absent */
 };

@@ -47,7 +47,7 @@ struct conn_res {
 	int idx;
 	int ok;          /* everything on this connection passed */
 	int mode_ok;     /* SMC-D (or tolerated) */
-	int smcd, fallback, notfound;
+	int smcd, smcr, fallback, notfound;
 	uint64_t bytes;
 	uint64_t checksum;
 	uint32_t rounds;
@@ -57,7 +57,7 @@ struct conn_res {
 
 struct summary {
 	pthread_mutex_t mu;
-	int conns, ok, smcd, fallback, notfound, failed;
+	int conns, ok, smcd, smcr, fallback, notfound, failed;
 	uint64_t bytes, echo_rounds, checksum_xor;
 	char first_fail[360];
 	double t0;
@@ -109,6 +109,7 @@ static void sum_add(const struct conn_res *r)
 	pthread_mutex_lock(&g_sum.mu);
 	g_sum.conns++;
 	g_sum.smcd += r->smcd;
+	g_sum.smcr += r->smcr;
 	g_sum.fallback += r->fallback;
 	g_sum.notfound += r->notfound;
 	if (r->ok) {
@@ -197,11 +198,27 @@ static void check_mode(int fd, struct conn_res *r, char *line, size_t linelen)
 		snprintf(peer, sizeof(peer), "%s:%u", inet_ntop(AF_INET, &in.dst, a, sizeof(a)), in.dport);
 	}
 
+	if (in.mode == SMC_DIAG_MODE_SMCR_ && g_opt.smcr) {
+		r->smcr = 1;
+		r->mode_ok = 1;
+		snprintf(line, linelen,
+			 "mode=SMCR state=%s local=%s peer=%s link_id=%u ibdev=%s ibport=%u role=%s gid=%.40s "
+			 "peer_gid=%.40s inode=%llu",
+			 smc_state_name(in.state), loc, peer, in.link_id, in.have_lgr ? in.ibname : "-",
+			 in.ibport, in.lgr_role ? "server" : "client", in.have_lgr ? in.lnk_gid : "-",
+			 in.have_lgr ? in.lnk_peer_gid : "-", (unsigned long long)in.inode);
+		if (!in.have_lgr)
+			fail(r, "SMC-R connection without SMC_DIAG_LGRINFO in sock_diag");
+		return;
+	}
+
 	if (in.mode == SMC_DIAG_MODE_SMCD_) {
 		size_t n;
 
 		r->smcd = 1;
 		r->mode_ok = 1;
+		if (g_opt.smcr)
+			fail(r, "connection runs SMC-D, not SMC-R (--smcr)");
 		n = (size_t)snprintf(line, linelen,
 			"mode=SMCD state=%s local=%s peer=%s token=0x%016llx peer_token=0x%016llx "
 			"my_gid=0x%016llx peer_gid=0x%016llx linkid=0x%08x",
@@ -247,7 +264,8 @@ static void check_mode(int fd, struct conn_res *r, char *line, size_t linelen)
 	snprintf(line, linelen, "mode=%s diag_mode=%u state=%s local=%s peer=%s inode=%llu",
 		 smc_mode_name(in.mode), in.mode, smc_state_name(in.state), loc, peer,
 		 (unsigned long long)in.inode);
-	fail(r, "connection runs %s (diag_mode %u), not SMC-D", smc_mode_name(in.mode), in.mode);
+	fail(r, "connection runs %s (diag_mode %u), not %s", smc_mode_name(in.mode), in.mode,
+	     g_opt.smcr ? "SMC-R" : "SMC-D");
 }
 
 static void print_conn(const char *side, const struct conn_res *r, const char *modeline)
@@ -270,12 +288,17 @@ static int print_summary(void)
 	else
 		snprintf(tail, sizeof(tail), "FAIL first_error=only %d of %d connections completed",
 			 g_sum.conns, g_opt.conns);
+	/* smcr= only with --smcr: scripts match the line's usual fields in their order. */
+	char smcr[32] = "";
+
+	if (g_opt.smcr)
+		snprintf(smcr, sizeof(smcr), " smcr=%d", g_sum.smcr);
 	out_line("SUMMARY test=%s side=%s conns=%d smcd=%d fallback=%d notfound=%d failed=%d bytes=%llu "
-		 "rounds=%llu checksum=0x%016llx secs=%.3f%s %s",
+		 "rounds=%llu checksum=0x%016llx secs=%.3f%s%s %s",
 		 g_opt.test_name, g_side, g_sum.conns, g_sum.smcd, g_sum.fallback, g_sum.notfound,
 		 g_sum.failed + (g_opt.conns - g_sum.conns), (unsigned long long)g_sum.bytes,
 		 (unsigned long long)g_sum.echo_rounds, (unsigned long long)g_sum.checksum_xor, secs,
-		 g_opt.tcp ? " tcp-testaid=1" : "", tail);
+		 smcr, g_opt.tcp ? " tcp-testaid=1" : "", tail);
 	return ok ? 0 : 1;
 }
 

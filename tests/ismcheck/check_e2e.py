@@ -295,7 +295,10 @@ def clc_fields(payload):
         # struct smc_clc_msg_decline: the header, the sender's id_for_peer (8), then the
         # reason, which the receiver keeps as its peer_diagnosis (smc_clc.c smc_clc_wait_msg).
         out["diagnosis"] = struct.unpack(">I", payload[16:20])[0]
-    elif kind in ("accept", "confirm") and payload[:4] == CLC_EYECATCHERS[1] and len(payload) >= 32:
+    if kind in ("accept", "confirm"):
+        # the eyecatcher says which of the two the handshake agreed on
+        out["smc"] = "R" if payload[:4] == CLC_EYECATCHERS[0] else "D"
+    if kind in ("accept", "confirm") and payload[:4] == CLC_EYECATCHERS[1] and len(payload) >= 32:
         # struct smcd_clc_msg_accept_confirm_common, then (v2) the CHID.
         out["gid"], out["token"] = struct.unpack(">QQ", payload[8:24])
         out["linkid"] = struct.unpack(">I", payload[28:32])[0]
@@ -552,8 +555,41 @@ CHECKS = {
     "clc_negotiated": "each connection offered SMC-Dv1 and v2 and agreed on the version the kernel's code decides, "
                       "on DMBs the host saw registered by the functions the CLC messages name",
     "vlan_on_device": "each function registered the VLAN with the device and released it",
+    # Only with --smcr-conns / --expect-smc (the topology roce):
+    "every_connection_smcr": "the connections smctest --smcr ran were SMC-R (sock_diag), as many as expected",
+    "clc_smc_type": "each handshake offered SMC-D and/or SMC-R and agreed on the one the kernel's code decides "
+                    "(the wire)",
 }
-OPTIONAL_CHECKS = {"clc_negotiated": "expect_clc", "vlan_on_device": "vlan"}
+def check_smc_type(conns, expect):
+    """(ok, lines): each handshake to a port of expect ({port: (offer, accept)}) offered
+    that SMC type in v2 and agreed on that type and version in accept and confirm; each
+    port saw at least one."""
+    ok, notes, seen = True, [], {port: 0 for port in expect}
+    for conn, msgs in sorted(conns.items()):
+        port = int(conn.rsplit(":", 1)[1])
+        if port not in expect:
+            continue
+        seen[port] += 1
+        offer, agreed = expect[port]
+        prop, acc, conf = msgs.get("proposal"), msgs.get("accept"), msgs.get("confirm")
+        if not prop or not acc or not conf:
+            ok = False
+            notes.append(f"{conn}: incomplete handshake on the wire: {sorted(k for k in msgs if k != 'vlan')}")
+            continue
+        got = [f"{m['smc']}{m['version']}" for m in (acc, conf)]
+        good = prop["typev2"] == offer and got == [agreed, agreed]
+        ok &= good
+        notes.append(f"{conn}: proposal v2 {prop['typev2']} (expected {offer}), accept {got[0]}, confirm {got[1]} "
+                     f"(expected {agreed}){'' if good else ': NOT as expected'}")
+    for port, n in seen.items():
+        if not n:
+            ok = False
+            notes.append(f"no handshake to port {port} on the wire")
+    return ok, notes
+
+
+OPTIONAL_CHECKS = {"clc_negotiated": "expect_clc", "vlan_on_device": "vlan", "every_connection_smcr": "smcr_conns",
+                   "clc_smc_type": "expect_smc"}
 
 
 def main():
@@ -569,6 +605,12 @@ def main():
     ap.add_argument("--expect-clc", action="append", default=[], metavar="PORT=VERSION",
                     help="the SMC-D version connections to server port PORT must agree on (with the "
                          "v1 and v2 offer, the GIDs and DMBs checked against the host: check_negotiation)")
+    ap.add_argument("--smcr-conns", type=int, default=0, metavar="N",
+                    help="exactly N CONN lines (over all guests and sides) are SMC-R, from smctest --smcr "
+                         "runs (the roce topology); every other connection must be SMC-D")
+    ap.add_argument("--expect-smc", action="append", default=[], metavar="PORT=OFFER/ACCEPT",
+                    help="connections to server port PORT: the proposal's v2 offer (D, R or B: both) and "
+                         "what accept and confirm agreed on (D2, R2: SMC-D or SMC-R, version 2)")
     ap.add_argument("--vlan", type=int,
                     help="the handshakes must cross the wire on this VLAN, and every function must "
                          "register it with the device and release it")
@@ -577,6 +619,11 @@ def main():
         expect_clc = {int(p): int(v) for p, v in (x.split("=", 1) for x in args.expect_clc)}
     except ValueError:
         ap.error("--expect-clc takes PORT=VERSION")
+    try:
+        expect_smc = {int(p): tuple(v.split("/")) for p, v in (x.split("=", 1) for x in args.expect_smc)}
+        assert all(len(v) == 2 and v[0] in "DRB" and len(v[1]) == 2 and v[1][0] in "DR" for v in expect_smc.values())
+    except (ValueError, AssertionError):
+        ap.error("--expect-smc takes PORT=OFFER/ACCEPT, e.g. 12360=B/D2")
     errors = []
     failed = {name: [] for name in CHECKS}
     notes = {name: [] for name in CHECKS}
@@ -604,11 +651,21 @@ def main():
               f"{f.get('fallback','?'):>8} {f.get('bytes','?'):>12} {f.get('checksum','-'):<20} {'ok' if f['_ok'] else 'FAIL'}")
         if not f["_ok"]:
             fail("guest_programs_passed", f"{guest}: {f.get('test')} {f.get('side')} failed: {f.get('first_error', '')}")
+        elif "smcr" in f:
+            # smctest --smcr: every connection of this run must be SMC-R
+            if f.get("smcr") != f.get("conns") or f.get("fallback") != "0":
+                fail("every_connection_smcr", f"{guest}: {f.get('test')}: not every connection used SMC-R")
         elif f.get("side") != "self" and (f.get("smcd") != f.get("conns") or f.get("fallback") != "0"):
             fail("every_connection_smcd", f"{guest}: {f.get('test')}: not every connection used SMC-D")
     if not rows:
         fail("guest_programs_passed", "no SUMMARY lines in any guest console")
-    non_smcd = [c for _, c in conns if c.get("mode") != "SMCD"]
+    smcr = [c for _, c in conns if c.get("mode") == "SMCR"]
+    if len(smcr) != args.smcr_conns:
+        fail("every_connection_smcr" if args.smcr_conns else "every_connection_smcd",
+             f"{len(smcr)} connection(s) reported SMCR, expected {args.smcr_conns}")
+    elif smcr:
+        notes["every_connection_smcr"].append(f"{len(smcr)} connections SMC-R (CONN lines of both sides), as expected")
+    non_smcd = [c for _, c in conns if c.get("mode") not in ("SMCD", "SMCR")]
     if non_smcd:
         fail("every_connection_smcd", f"{len(non_smcd)} connection(s) reported a mode other than SMCD")
     # Checksums of a stream must agree between the sending and the receiving side.
@@ -739,6 +796,8 @@ def main():
 
     if expect_clc:
         outcome("clc_negotiated", "clc", *check_negotiation(handshakes, expect_clc, args.vlan, snap, events))
+    if expect_smc:
+        outcome("clc_smc_type", "clc", *check_smc_type(handshakes, expect_smc))
     if args.vlan is not None:
         guests = guest_dibs(args.run_dir)
         functions = {g["function"] for g in guests.values() if g["function"]}
@@ -777,7 +836,7 @@ def main():
     if args.checks:
         with args.checks.open("a") as out:
             for name, what in CHECKS.items():
-                if name in OPTIONAL_CHECKS and getattr(args, OPTIONAL_CHECKS[name]) in (None, []):
+                if name in OPTIONAL_CHECKS and getattr(args, OPTIONAL_CHECKS[name]) in (None, [], 0):
                     continue   # not asked for in this run
                 point = {"name": name, "ok": not failed[name], "what": what,
                          "diag": notes[name] + failed[name]}

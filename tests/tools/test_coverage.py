@@ -96,6 +96,17 @@ class Counting(unittest.TestCase):
                          [("net/smc/smc_core.c", "smcr_lgr_y", 5, "SMC-R only", 3),
                           ("net/smc/smc_core.c", "smc_vlan_z", 20, "topology: VLAN", 0)])
 
+    def test_smcr_only_lines_count_reached_and_unreached_alike(self):
+        c = coverage.Counts()
+        c.lines = {"net/smc/smc_core.c": {5: 2, 6: 0, 7: 1, 9: 4, 10: 0},
+                   "net/smc/smc_ib.c": {1: 3}}
+        c.func_lines = {"net/smc/smc_core.c": {"smcr_lgr_y": {5, 6, 7, 8}, "smc_conn_create": {9, 10}},
+                        "net/smc/smc_ib.c": {"smcr_ib_x": {1}}}
+        rules = [("net/smc/*:smcr_*", "SMC-R only")]
+        pick = coverage.GROUPS[1][1]
+        # line 8 is no instrumented line; smc_ib.c is not in the set
+        self.assertEqual(coverage.smcr_only_lines(c, rules, pick), [2, 3])
+
     def doc_lines(self, counts, fn_lines=(10, 11, 12)):
         return {"files": [{"file": "/w/src/net/smc/smc_rx.c",
                            "lines": [{"line_number": ln, "count": c, "function_name": "smc_rx_splice"}

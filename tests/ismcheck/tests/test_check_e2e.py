@@ -244,6 +244,47 @@ def host_events(*dmbs):
     return out
 
 
+
+EYE_R = b"\xe2\xd4\xc3\xd9"
+
+
+class ClcSmcType(unittest.TestCase):
+    """SMC-D beside SMC-R (the topology roce): what each handshake offered in v2 and what
+    accept and confirm agreed on, read from the eyecatchers and the header's types."""
+
+    @staticmethod
+    def conns(offer_bits, eye, port=12360, version=2):
+        prop = bytearray(proposal(GID_B, v1=False))
+        prop[7] = (prop[7] & 0xF3) | (offer_bits << 2)   # typev2: 0 R, 1 D, 3 B
+        acc = bytearray(accept_confirm(2, version, GID_A, 0x100000000))
+        conf = bytearray(accept_confirm(3, version, GID_B, 0x200000000))
+        acc[:4] = conf[:4] = eye
+        msgs = {k: check_e2e.clc_fields(bytes(m)) for k, m in
+                (("proposal", prop), ("accept", acc), ("confirm", conf))}
+        return {f"10.0.0.2:40000>10.0.0.1:{port}": dict(msgs, vlan=None)}
+
+    def test_the_eyecatcher_names_the_type(self):
+        self.assertEqual(check_e2e.clc_fields(accept_confirm(2, 2, GID_A, 1))["smc"], "D")
+        acc = bytearray(accept_confirm(2, 2, GID_A, 1))
+        acc[:4] = EYE_R
+        self.assertEqual(check_e2e.clc_fields(bytes(acc))["smc"], "R")
+
+    def test_both_offered_smcd_agreed(self):
+        ok, notes = check_e2e.check_smc_type(self.conns(3, EYE_D), {12360: ("B", "D2")})
+        self.assertTrue(ok, notes)
+
+    def test_each_wrong_fact_fails(self):
+        for conns, why in ((self.conns(1, EYE_D), "only SMC-D offered"),
+                           (self.conns(3, EYE_R), "SMC-R agreed"),
+                           (self.conns(3, EYE_D, version=1), "version 1"),
+                           (self.conns(3, EYE_D, port=12361), "no handshake to the port")):
+            with self.subTest(why=why):
+                self.assertFalse(check_e2e.check_smc_type(conns, {12360: ("B", "D2")})[0])
+
+    def test_smcr_alone(self):
+        self.assertTrue(check_e2e.check_smc_type(self.conns(0, EYE_R, port=12361), {12361: ("R", "R2")})[0])
+
+
 class ClcNegotiation(unittest.TestCase):
     """What a handshake offered and agreed on, read from the wire and held to the kernel's
     code (the topologies v1 and vlan) and to the host's DMBs."""
