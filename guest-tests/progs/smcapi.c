@@ -1909,6 +1909,122 @@ out:
 	return close3(rc, &l, &c, &s);
 }
 
+/* sockfail: socket creation with each of net/smc's allocations failed in turn, for
+ * AF_SMC and IPPROTO_SMC sockets (this task's Nth allocation fails: fail-nth; smcfault's
+ * alloc-fail has armed the filter that counts only allocations with net/smc on the call
+ * stack). Each socket() fails with ENOMEM, ENOBUFS or ENFILE (a failed sock_alloc), or
+ * gives a socket that listens; the sweep ends at the first socket() that met no
+ * failure; the sockets all closed, net/smc's module references are what they were. IPPROTO_SMC's internal TCP socket
+ * failing is the one way to its .destroy (smc_inet.c smc_inet_destroy_sock). Only when
+ * named: without the filter armed, the Nth allocation is anyone's. */
+
+static int fail_nth_set(unsigned int n)
+{
+	char buf[16];
+	int fd = open("/proc/thread-self/fail-nth", O_WRONLY | O_CLOEXEC), len, r;
+
+	if (fd < 0)
+		return -1;
+	len = snprintf(buf, sizeof(buf), "%u", n);
+	r = write(fd, buf, (size_t)len) == len ? 0 : -1;
+	close(fd);
+	return r;
+}
+
+/* what is left of the count: 0 once the failure was injected */
+static long fail_nth_left(void)
+{
+	char buf[16] = "";
+	int fd = open("/proc/thread-self/fail-nth", O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 ? strtol(buf, NULL, 10) : -1;
+}
+
+static long smc_module_refs(void)
+{
+	char line[256];
+	long refs = -1;
+	FILE *f = fopen("/proc/modules", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "smc ", 4) && sscanf(line, "smc %*s %ld", &refs) == 1)
+			break;
+	fclose(f);
+	return refs;
+}
+
+static int t_sockfail(void)
+{
+	static const struct { const char *name; int family, proto; } kinds[] = {
+		{ "AF_SMC", AF_SMC, SMCPROTO_SMC },
+		{ "IPPROTO_SMC", AF_INET, IPPROTO_SMC_ },
+	};
+	int rc = R_FAIL_, fd = -1;
+	long refs0 = smc_module_refs(), refs1;
+
+	if (fail_nth_set(0)) {
+		snprintf(g_why, sizeof(g_why), "no /proc/thread-self/fail-nth: a kernel without fault injection");
+		return R_SKIP_;
+	}
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		int failed = 0, absorbed = 0, n, e;
+		long left;
+
+		if (kinds[k].proto == IPPROTO_SMC_ && kernel_before(6, 11))
+			continue;
+		for (n = 1; n <= 200; n++) {
+			CHECK(fail_nth_set((unsigned int)n) == 0, "fail-nth: %s", strerror(errno));
+			fd = socket(kinds[k].family, SOCK_STREAM | SOCK_CLOEXEC, kinds[k].proto);
+			e = errno;
+			left = fail_nth_left();
+			fail_nth_set(0);
+			if (left > 0) {
+				/* no failure met: every allocation of socket() has had its turn */
+				CHECK(fd >= 0, "%s: socket() without a failure: %s", kinds[k].name, strerror(e));
+				closefd(&fd);
+				break;
+			}
+			if (fd < 0) {
+				/* (a failed sock_alloc() is ENFILE: net/socket.c __sock_create, for the
+				 * internal TCP socket too) */
+				CHECK(e == ENOMEM || e == ENOBUFS || e == ENFILE,
+				      "%s: socket() with allocation %d failed: %s, not ENOMEM, ENOBUFS or ENFILE",
+				      kinds[k].name, n, strerror(e));
+				failed++;
+				continue;
+			}
+			/* the failure was absorbed: the socket must work */
+			struct sockaddr_in a = addr_of(g_port++);
+
+			CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 1) == 0,
+			      "%s: a socket created past failed allocation %d does not listen: %s", kinds[k].name, n,
+			      strerror(errno));
+			closefd(&fd);
+			absorbed++;
+		}
+		CHECK(n <= 200, "%s: socket() still met failures at its 200th allocation", kinds[k].name);
+		err_line("sockfail: %s: %d allocations under net/smc, %d socket() calls failed, %d absorbed the failure",
+			 kinds[k].name, n - 1, failed, absorbed);
+		CHECK(n > 1, "%s: socket() made no allocation the filter counts (is it armed for net/smc?)",
+		      kinds[k].name);
+	}
+	refs1 = smc_module_refs();
+	CHECK(refs1 == refs0, "net/smc's module references: %ld before, %ld after (a failed socket() leaked one?)",
+	      refs0, refs1);
+	rc = R_OK_;
+out:
+	fail_nth_set(0);
+	closefd(&fd);
+	return rc;
+}
+
 /* ==================================================================================== */
 /* unaccepted: a listener closed with a connection the kernel set up but nobody accepted
  * (af_smc.c smc_close_non_accepted): the client sees the connection end */
@@ -2876,6 +2992,7 @@ static const struct subtest g_tests[] = {
 	{ "hs-sysctl", t_hs_sysctl, 0 },
 	{ "splice-pending", t_splice_pending, 0 },
 	{ "lgrs", t_lgrs, 0 }, /* not a check: the SMC-D link groups and their connections */
+	{ "sockfail", t_sockfail, 0 }, /* needs smcfault alloc-fail's filter armed (fault injection) */
 };
 #define NTESTS (sizeof(g_tests) / sizeof(g_tests[0]))
 

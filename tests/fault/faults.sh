@@ -528,6 +528,10 @@ run_alloc_fail() {
     done
     expect a_inject_ism_sizes_ended "$a" '^FAULT: PHASE inject-ism-sizes rc=[0-9]+'
     expect a_api_ended "$a" '^FAULT: PHASE api rc=[0-9]+'
+    # socket() with each of net/smc's allocations failed in turn: an error or a working
+    # socket every time, no module reference leaked (smcapi sockfail).
+    expect a_socket_failures_clean "$a" '^API sockfail ok'
+    outcome "socket() under failures: $(grep -E '^smcapi: sockfail: |sockfail: ' "$a" | sed 's/.*sockfail: //' | xargs)"
     expect a_then_smcd "$a" '^SUMMARY test=seq side=client conns=4 smcd=4 fallback=0 notfound=0 failed=0 '
     expect a_smc_unloaded "$a" '^FAULT: RMMOD .*smc rc=0'
     # The ism driver's and net/smc's module init with each of their allocations failed
