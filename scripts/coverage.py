@@ -387,12 +387,18 @@ def parse_columns(specs):
     return columns
 
 
-def beyond(base, other, pick):
-    """Lines of the files pick() takes that other reached and base did not: {rel: [line]}."""
+def beyond(base, other, pick, other_build=False):
+    """Lines of the files pick() takes that other reached and base did not: {rel: [line]}.
+    Another build of the same source (other_build: the debug kernel) instruments lines
+    base's does not (its debug checks and annotations): only lines base instruments
+    count, or those would pass for lines base never reached."""
     out = {}
     for rel in sorted(other.lines):
         if pick(rel):
-            extra = sorted(other.hit_lines(rel) - base.hit_lines(rel))
+            extra = other.hit_lines(rel) - base.hit_lines(rel)
+            if other_build:
+                extra &= set(base.lines.get(rel, {}))
+            extra = sorted(extra)
             if extra:
                 out[rel] = extra
     return out
@@ -455,12 +461,12 @@ def print_beyond(args, by_label, files, rules=()):
             continue
         row = [label]
         for _, pick in groups:
-            extra = beyond(base, counts, pick)
+            extra = beyond(base, counts, pick, other_build)
             smcr = smcr_share(counts, extra, rules)
             row.append(f"+{sum(len(v) for v in extra.values())} lines in {len(extra)} files"
                        + (f" ({smcr} in SMC-R-only functions)" if smcr else ""))
         rows.append(row)
-        every = beyond(base, counts, lambda r: any(p(r) for _, p in groups))
+        every = beyond(base, counts, lambda r: any(p(r) for _, p in groups), other_build)
         write_beyond(counts, every, os.path.join(args.out, label, f"beyond-{args.beyond}.md"),
                      f"Lines {label} reached and {args.beyond} did not ({release})")
     if not rows:

@@ -138,6 +138,15 @@ class Counting(unittest.TestCase):
             with open(path) as f:
                 self.assertIn("- `net/smc/smc_rx.c` `smc_rx_splice()`: 1 line (11)", f.read())
 
+    def test_another_build_counts_only_lines_the_base_instruments(self):
+        suites, debug = coverage.Counts(), coverage.Counts()
+        suites.add_json(self.doc_lines([1, 0, 0], fn_lines=(10, 11, 12)), "/w/src")
+        # the debug build instruments line 13 too (a debug check): not a line beyond
+        debug.add_json(self.doc_lines([1, 0, 2, 5], fn_lines=(10, 11, 12, 13)), "/w/src")
+        pick = coverage.GROUPS[1][1]
+        self.assertEqual(coverage.beyond(suites, debug, pick, other_build=True), {"net/smc/smc_rx.c": [12]})
+        self.assertEqual(coverage.beyond(suites, debug, pick), {"net/smc/smc_rx.c": [12, 13]})
+
     def test_beyond_compares_another_build_of_the_same_source_only_when_named(self):
         suites, debug, loop = coverage.Counts(), coverage.Counts(), coverage.Counts()
         suites.add_json(self.doc_lines([1, 0, 0]), "/w/src")
