@@ -430,6 +430,30 @@ def zeroing_mismatch(expected, verdict, evidence, unpaced):
 
 
 # ---- what each connection negotiated, against the kernel's code and the host ----------
+def handshakes_to(conns, ports, notes):
+    """The complete handshakes (proposal, accept and confirm on the wire) to the server
+    ports `ports`, as (conn, port, proposal, accept, confirm, the VLAN it crossed on),
+    and whether all were: an incomplete one, or a port with none, is a line in notes and
+    makes it False."""
+    out, complete, seen = [], True, {port: 0 for port in ports}
+    for conn, msgs in sorted(conns.items()):
+        port = int(conn.rsplit(":", 1)[1])
+        if port not in seen:
+            continue
+        seen[port] += 1
+        prop, acc, conf = msgs.get("proposal"), msgs.get("accept"), msgs.get("confirm")
+        if not prop or not acc or not conf:
+            complete = False
+            notes.append(f"{conn}: incomplete handshake on the wire: {sorted(k for k in msgs if k != 'vlan')}")
+            continue
+        out.append((conn, port, prop, acc, conf, msgs.get("vlan")))
+    for port, n in seen.items():
+        if not n:
+            complete = False
+            notes.append(f"no CLC handshake to port {port} on the wire")
+    return out, complete
+
+
 def check_negotiation(conns, expect, vlan, snapshot, events):
     """(ok, notes): each handshake to a server port in `expect` ({port: SMC-D version})
     against what the kernel's code decides there (docs/testing.md, topologies v1 and
@@ -438,7 +462,7 @@ def check_negotiation(conns, expect, vlan, snapshot, events):
     the emulator's CHID; the accept's and the confirm's DMB tokens are DMBs the host saw
     registered by the function whose GID the message names, and carrying a connection;
     with `vlan`, the handshake crossed the wire tagged with that VLAN id."""
-    ok, notes = True, []
+    notes = []
     try:
         chid = int(snapshot["chid"], 16)
         by_gid = {int(f["gid"], 16): f["name"] for f in snapshot["functions"]}
@@ -452,18 +476,9 @@ def check_negotiation(conns, expect, vlan, snapshot, events):
             registered[tok] = e.get("function")
         elif e.get("kind") == "conn_opened":
             used.add(tok)
-    seen = {port: 0 for port in expect}
-    for conn, msgs in sorted(conns.items()):
-        port = int(conn.rsplit(":", 1)[1])
-        if port not in expect:
-            continue
-        seen[port] += 1
+    handshakes, ok = handshakes_to(conns, expect, notes)
+    for conn, port, prop, acc, conf, on_vlan in handshakes:
         want, bad = expect[port], []
-        prop, acc, conf = msgs.get("proposal"), msgs.get("accept"), msgs.get("confirm")
-        if not prop or not acc or not conf:
-            ok = False
-            notes.append(f"{conn}: incomplete handshake on the wire: {sorted(k for k in msgs if k != 'vlan')}")
-            continue
         if (prop["typev1"], prop["typev2"]) not in (("D", "D"), ("B", "B"), ("D", "B"), ("B", "D")):
             bad.append(f"proposal offers v1 {prop['typev1']} v2 {prop['typev2']}, expected SMC-D in both")
         if by_gid.get(prop.get("gid")) is None:
@@ -491,8 +506,8 @@ def check_negotiation(conns, expect, vlan, snapshot, events):
             bad.append("accept and confirm name the same GID")
         if want >= 2 and acc.get("chid") != chid:
             bad.append(f"the v2 accept names CHID {acc.get('chid', 0):#06x}, the emulator's is {chid:#06x}")
-        if vlan is not None and msgs.get("vlan") != vlan:
-            bad.append(f"the handshake crossed the wire on VLAN {msgs.get('vlan')}, expected {vlan}")
+        if vlan is not None and on_vlan != vlan:
+            bad.append(f"the handshake crossed the wire on VLAN {on_vlan}, expected {vlan}")
         if bad:
             ok = False
             notes += [f"{conn}: {b}" for b in bad]
@@ -503,10 +518,6 @@ def check_negotiation(conns, expect, vlan, snapshot, events):
                          f"{', ' + str(prop.get('ueids', 0)) + ' UEID(s), SEID ' + ('on' if prop.get('seid') else 'off') if 'ueids' in prop else ''}); "
                          f"accept v{acc['version']}{chids} by {by_gid[acc['gid']]} DMB {acc['token']:#x}, "
                          f"confirm by {by_gid[conf['gid']]} DMB {conf['token']:#x}")
-    for port, n in seen.items():
-        if not n:
-            ok = False
-            notes.append(f"no CLC handshake to port {port} on the wire")
     return ok, notes
 
 
@@ -564,27 +575,15 @@ def check_smc_type(conns, expect):
     """(ok, lines): each handshake to a port of expect ({port: (offer, accept)}) offered
     that SMC type in v2 and agreed on that type and version in accept and confirm; each
     port saw at least one."""
-    ok, notes, seen = True, [], {port: 0 for port in expect}
-    for conn, msgs in sorted(conns.items()):
-        port = int(conn.rsplit(":", 1)[1])
-        if port not in expect:
-            continue
-        seen[port] += 1
+    notes = []
+    handshakes, ok = handshakes_to(conns, expect, notes)
+    for conn, port, prop, acc, conf, _ in handshakes:
         offer, agreed = expect[port]
-        prop, acc, conf = msgs.get("proposal"), msgs.get("accept"), msgs.get("confirm")
-        if not prop or not acc or not conf:
-            ok = False
-            notes.append(f"{conn}: incomplete handshake on the wire: {sorted(k for k in msgs if k != 'vlan')}")
-            continue
         got = [f"{m['smc']}{m['version']}" for m in (acc, conf)]
         good = prop["typev2"] == offer and got == [agreed, agreed]
         ok &= good
         notes.append(f"{conn}: proposal v2 {prop['typev2']} (expected {offer}), accept {got[0]}, confirm {got[1]} "
                      f"(expected {agreed}){'' if good else ': NOT as expected'}")
-    for port, n in seen.items():
-        if not n:
-            ok = False
-            notes.append(f"no handshake to port {port} on the wire")
     return ok, notes
 
 
