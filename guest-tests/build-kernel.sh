@@ -24,11 +24,6 @@
 #                    (below) and bring it to VARIANT's patches (stock: pristine, a
 #                    variant's patches reverted), build nothing: for tools that need
 #                    the tree (scripts/results-check.sh, scripts/ci-smcd-check.sh).
-#   KERNEL_REBUILD_TREE=1
-#                    build into the line's shared tree even when the result is cached,
-#                    and cache it again (the same inputs: the same kernel): for tools
-#                    that build a module against the tree and need it to hold this
-#                    variant (qemu-configs/tests/pcistb-smoke.sh, after a debug build)
 #   KERNEL=custom with KERNEL_IMAGE=FILE MODULES_DIR=DIR
 #                    a kernel you built already: its image and the folder its
 #                    `make modules_install INSTALL_MOD_PATH=` filled (or its
@@ -125,8 +120,7 @@ OUT="$(kernel_dir)"
 publish() { publish_kernel "$RESULT" "$OUT" "$KERNEL ($FLAVOUR)"; }
 
 UNPACK_ONLY="${KERNEL_UNPACK_ONLY:-0}"
-REBUILD_TREE="${KERNEL_REBUILD_TREE:-0}"
-if [ -f "$RESULT/bzImage" ] && [ "$UNPACK_ONLY" != 1 ] && [ "$REBUILD_TREE" != 1 ]; then
+if [ -f "$RESULT/bzImage" ] && [ "$UNPACK_ONLY" != 1 ]; then
     step "kernel $KERNEL ($FLAVOUR) is cached ($RESULT)"
     publish
     exit 0
@@ -137,7 +131,7 @@ mkdir -p "$WORK"
 # One build per line at a time: the variants share the tree and the object directory.
 exec 9>"$WORK/lock"
 flock -w 3600 9 || die "timed out waiting for another build of $PKGVER ($WORK/lock)"
-if [ -f "$RESULT/bzImage" ] && [ "$UNPACK_ONLY" != 1 ] && [ "$REBUILD_TREE" != 1 ]; then   # built by the run we waited for
+if [ -f "$RESULT/bzImage" ] && [ "$UNPACK_ONLY" != 1 ]; then   # built by the run we waited for
     publish
     exit 0
 fi
