@@ -48,7 +48,7 @@ KOUT="$(kernel_dir)"
 KREL="$(cat "$KOUT/kernel.release")"
 KRESULT="$(readlink -f "$KOUT")"
 OUT="$(guest_initrd)"
-if [ -z "${INITRAMFS_MODULES_SET:-}" ] && [ -n "$(find "$KRESULT/lib/modules/$KREL" -name 'rdma_rxe.ko*' -print -quit 2>/dev/null)" ]; then
+if [ -z "${INITRAMFS_MODULES_SET:-}" ] && kernel_has_module rdma_rxe "$KRESULT"; then
     # rxe's ICRC asks the crypto API for crc32, which no module depends on by symbol
     INITRAMFS_MODULES="$INITRAMFS_MODULES rdma_rxe crc32_generic"
 fi

@@ -99,6 +99,11 @@ kernel_suffix() {
 }
 kernel_dir() { echo "$BUILD_DIR/kernel-$(kernel_suffix "$@")"; }
 guest_kernel() { echo "$(kernel_dir "$@")/bzImage"; }
+# kernel_has_module NAME [DIR]: the kernel in DIR (default: the selected one's kernel_dir)
+# built module NAME (e.g. rdma_rxe, which only the GCOV=1 kernels have).
+kernel_has_module() {
+    [ -n "$(find "${2:-$(kernel_dir)}/lib/modules" -name "$1.ko*" -print -quit 2>/dev/null)" ]
+}
 # The benchmark's flavour (INITRAMFS_TOOLS=stock: sockperf, iperf3, smc_run) is its own
 # file, initramfs-6.12-tools-stock.cpio.gz, so the test images stay lean.
 guest_initrd() { echo "$BUILD_DIR/initramfs-$(kernel_suffix "$@")${INITRAMFS_TOOLS:+-tools-$INITRAMFS_TOOLS}.cpio.gz"; }

@@ -251,7 +251,7 @@ for topo in "${topologies[@]}"; do
         v1) run_v1 || rc=1 ;;
         vlan) run_v1 "$V1_VLAN" || rc=1 ;;
         roce)
-            if [ -z "$(find "$(kernel_dir)/lib/modules" -name 'rdma_rxe.ko*' -print -quit 2>/dev/null)" ]; then
+            if ! kernel_has_module rdma_rxe; then
                 step "e2e: topology 'roce' not run: this kernel has no soft-RoCE (rdma_rxe; the GCOV=1 kernels have it)"
                 topo_cleanup
                 skipped+=("$topo")
