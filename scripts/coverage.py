@@ -357,19 +357,24 @@ def never_reached(counts, rules):
     return rows
 
 
+def smcr_lines(counts, rules, rel):
+    """The lines of file rel that belong to functions the rules call SMC-R only."""
+    out = set()
+    for name, lines in counts.func_lines.get(rel, {}).items():
+        if (reason_for(rules, rel, name) or "").startswith("SMC-R"):
+            out |= lines
+    return out
+
+
 def smcr_only_lines(counts, rules, pick):
     """[hit, total]: the instrumented lines of the files pick chooses that belong to
     functions the rules call SMC-R only, reached or not (the roce column reaches some)."""
     hit = total = 0
-    for rel, owned in counts.func_lines.items():
+    for rel in counts.func_lines:
         if not pick(rel):
             continue
-        mine = set()
-        for name, lines in owned.items():
-            if (reason_for(rules, rel, name) or "").startswith("SMC-R"):
-                mine |= lines
         file_lines = counts.lines.get(rel, {})
-        mine &= set(file_lines)
+        mine = smcr_lines(counts, rules, rel) & set(file_lines)
         total += len(mine)
         hit += sum(1 for ln in mine if file_lines[ln] > 0)
     return [hit, total]
@@ -432,14 +437,7 @@ def write_md_table(f, head, rows):
 
 def smcr_share(counts, extra, rules):
     """How many of the lines in extra ({file: {line}}) belong to SMC-R-only functions."""
-    n = 0
-    for rel, lines in extra.items():
-        smcr = set()
-        for name, owned in counts.func_lines.get(rel, {}).items():
-            if (reason_for(rules, rel, name) or "").startswith("SMC-R"):
-                smcr |= owned
-        n += len(set(lines) & smcr)
-    return n
+    return sum(len(set(lines) & smcr_lines(counts, rules, rel)) for rel, lines in extra.items())
 
 
 def print_beyond(args, by_label, files, rules=()):
